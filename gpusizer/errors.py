@@ -1,0 +1,56 @@
+"""Error types, one per kind of failure, each carrying its documented exit code.
+
+The CLI catches :class:`GpusizerError` at the top and prints ``Error: <message>``
+(plus a hint) on stderr, then exits with ``exit_code``. The engine raises these
+and never prints.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    """Exit codes documented in the README. Never renumber them."""
+
+    OK = 0
+    INTERNAL = 1
+    USAGE = 2
+    DATA = 3
+    NOTHING_FITS = 4
+    NO_DEVICE = 5
+
+
+class GpusizerError(Exception):
+    """Base class: a message for people, an optional hint, and an exit code."""
+
+    exit_code: ExitCode = ExitCode.INTERNAL
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+
+class UsageError(GpusizerError):
+    """A bad option or value, or an unknown GPU or model name."""
+
+    exit_code = ExitCode.USAGE
+
+
+class DataFileError(GpusizerError):
+    """A bad data file: catalog, model zoo, rules or config."""
+
+    exit_code = ExitCode.DATA
+
+
+class NothingFitsError(GpusizerError):
+    """The question was evaluated, but nothing fits or qualifies."""
+
+    exit_code = ExitCode.NOTHING_FITS
+
+
+class NoDeviceError(GpusizerError):
+    """No NVIDIA driver, library or GPU is available (probe and --local)."""
+
+    exit_code = ExitCode.NO_DEVICE

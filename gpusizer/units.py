@@ -1,0 +1,108 @@
+"""Unit conversion, done once at the boundary.
+
+Inside gpusizer memory is an integer count of bytes. GiB means 2**30 bytes and
+GB means 10**9 bytes; the two are never mixed. Counts such as "60M" or "1.3B"
+are decimal (M = 10**6, B = 10**9).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+KIB = 1 << 10
+MIB = 1 << 20
+GIB = 1 << 30
+TIB = 1 << 40
+KB = 10**3
+MB = 10**6
+GB = 10**9
+TB = 10**12
+
+_COUNT_SUFFIX = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9, "g": 10**9, "t": 10**12}
+_COUNT_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?(?:e[+-]?[0-9]+)?)\s*([kmbgt]?)\s*$", re.IGNORECASE)
+
+_SIZE_UNITS = {
+    "b": 1,
+    "kb": KB,
+    "mb": MB,
+    "gb": GB,
+    "tb": TB,
+    "kib": KIB,
+    "mib": MIB,
+    "gib": GIB,
+    "tib": TIB,
+}
+_SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?(?:e[+-]?[0-9]+)?)\s*([a-z]*)\s*$", re.IGNORECASE)
+
+
+def parse_count(text: str, *, what: str = "value") -> int:
+    """Parse a positive count such as ``60M``, ``1.3B``, ``7e9`` or ``60000000``.
+
+    Raises ``ValueError`` with a message naming ``what`` for zero, negatives,
+    unknown suffixes and non-numbers.
+    """
+    match = _COUNT_RE.match(str(text))
+    if not match:
+        raise ValueError(
+            f"{what} {text!r} is not a count; use a number with an optional K, M, B or T "
+            "suffix, e.g. 60M, 1.3B, 7e9"
+        )
+    number = float(match.group(1)) * _COUNT_SUFFIX[match.group(2).lower()]
+    if not math.isfinite(number) or number < 1:
+        raise ValueError(f"{what} {text!r} must be at least 1")
+    return int(round(number))
+
+
+def parse_size(text: str, *, what: str = "size", default_unit: str = "gib") -> int:
+    """Parse a memory size such as ``24GiB``, ``1536MB`` or ``3.5`` into bytes.
+
+    A bare number is read in ``default_unit``. GB is 10**9 bytes, GiB 2**30.
+    """
+    match = _SIZE_RE.match(str(text))
+    unit = (match.group(2).lower() if match else "") or default_unit
+    if not match or unit not in _SIZE_UNITS:
+        raise ValueError(
+            f"{what} {text!r} is not a size; use e.g. 24GiB, 40GB or 1536MiB "
+            "(GiB = 2^30 bytes, GB = 10^9 bytes)"
+        )
+    number = float(match.group(1)) * _SIZE_UNITS[unit]
+    if not math.isfinite(number) or number < 0:
+        raise ValueError(f"{what} {text!r} must not be negative")
+    return int(round(number))
+
+
+def gib_to_bytes(gib: float) -> int:
+    return int(round(gib * GIB))
+
+
+def bytes_to_gib(n: int) -> float:
+    return n / GIB
+
+
+def format_bytes(n: int | float | None, *, binary: bool = True, digits: int = 2) -> str:
+    """Format a byte count as GiB/MiB/KiB (binary) or GB/MB/KB (decimal)."""
+    if n is None:
+        return "n/a"
+    step, units = (1024, ("B", "KiB", "MiB", "GiB", "TiB")) if binary else (1000, ("B", "KB", "MB", "GB", "TB"))
+    value = float(n)
+    sign = "-" if value < 0 else ""
+    value = abs(value)
+    for unit in units:
+        if value < step or unit == units[-1]:
+            if unit == "B":
+                return f"{sign}{int(value)} B"
+            return f"{sign}{value:.{digits}f} {unit}"
+        value /= step
+    raise AssertionError("unreachable")
+
+
+def format_count(n: int | float | None) -> str:
+    """Format a parameter or sample count with a decimal suffix (K, M, B, T)."""
+    if n is None:
+        return "n/a"
+    value = float(n)
+    for suffix, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if abs(value) >= scale:
+            return f"{value / scale:.3g}{suffix}"
+    return f"{value:.3g}"

@@ -1,0 +1,150 @@
+"""The model zoo (``data/models.yaml``): parameter counts and the dimensions that
+the memory and performance models need, each with a source.
+
+Transformers carry their shape (layers, hidden, heads, ...) and activation
+memory is computed from it. CNNs and RNNs carry measured per-sample activation
+figures, counted as described in ``docs/method.md`` ("Counting activations").
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from gpusizer import datafiles
+from gpusizer.catalog import Source, normalise
+from gpusizer.errors import DataFileError, UsageError
+
+Kind = Literal["cnn", "rnn", "encoder", "encoder-decoder", "decoder"]
+TRANSFORMER_KINDS = ("encoder", "encoder-decoder", "decoder")
+
+
+class Model(BaseModel):
+    """One model. Unknown values are null; every figure is covered by a source."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]*$")
+    name: str
+    aliases: tuple[str, ...] = ()
+    kind: Kind
+    params: int = Field(gt=0, le=10**14)
+    #: parameters touched per token (MoE: shared + the routed experts); null = all
+    active_params: int | None = Field(default=None, gt=0)
+
+    # transformer shape
+    layers: int | None = Field(default=None, gt=0, le=1000)
+    decoder_layers: int | None = Field(default=None, gt=0, le=1000)
+    hidden: int | None = Field(default=None, gt=0)
+    heads: int | None = Field(default=None, gt=0)
+    kv_heads: int | None = Field(default=None, gt=0)
+    head_dim: int | None = Field(default=None, gt=0)
+    ffn: int | None = Field(default=None, gt=0)
+    vocab: int | None = Field(default=None, gt=0)
+    max_seq_len: int | None = Field(default=None, gt=0)
+    mlp: Literal["gelu", "relu", "swiglu", "geglu"] | None = None
+    experts: int | None = Field(default=None, gt=0)
+    experts_per_token: int | None = Field(default=None, gt=0)
+    tied_embeddings: bool | None = None
+    dropout: bool | None = None
+
+    # CNN / RNN measured figures
+    image_size: int | None = Field(default=None, gt=0)
+    seq_len: int | None = Field(default=None, gt=0)
+    activation_bytes_per_sample_fp32: int | None = Field(default=None, gt=0)
+    activation_bytes_per_sample_mixed: int | None = Field(default=None, gt=0)
+
+    # compute
+    forward_gflops_per_sample: float | None = Field(default=None, gt=0)
+
+    sources: tuple[Source, ...] = Field(min_length=1)
+    notes: str | None = None
+
+    @model_validator(mode="after")
+    def _shape_checks(self) -> Model:
+        if self.kind in TRANSFORMER_KINDS:
+            for field in ("layers", "hidden", "heads", "ffn", "vocab"):
+                if getattr(self, field) is None:
+                    raise ValueError(f"{field}: required for a {self.kind} model")
+            if self.kv_heads is not None and self.heads % self.kv_heads:
+                raise ValueError(f"kv_heads: {self.kv_heads} does not divide heads {self.heads}")
+        else:
+            if self.activation_bytes_per_sample_fp32 is None:
+                raise ValueError(f"activation_bytes_per_sample_fp32: required for a {self.kind} model")
+            if self.kind == "cnn" and self.image_size is None:
+                raise ValueError("image_size: required for a cnn model")
+            if self.kind == "rnn" and self.seq_len is None:
+                raise ValueError("seq_len: required for an rnn model")
+        if (self.experts is None) != (self.experts_per_token is None):
+            raise ValueError("experts_per_token: experts and experts_per_token go together")
+        return self
+
+    @property
+    def is_transformer(self) -> bool:
+        return self.kind in TRANSFORMER_KINDS
+
+    @property
+    def attention_head_dim(self) -> int | None:
+        if self.head_dim is not None:
+            return self.head_dim
+        if self.hidden and self.heads:
+            return self.hidden // self.heads
+        return None
+
+    @property
+    def n_kv_heads(self) -> int | None:
+        return self.kv_heads if self.kv_heads is not None else self.heads
+
+
+class Zoo(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    models: tuple[Model, ...]
+
+    def resolve(self, name: str) -> Model:
+        key = normalise(name)
+        for model in self.models:
+            if key in (normalise(model.id), normalise(model.name), *(normalise(a) for a in model.aliases)):
+                return model
+        import difflib
+
+        ids = [m.id for m in self.models]
+        close = difflib.get_close_matches(name.lower(), ids, n=4, cutoff=0.5)
+        hint = f"did you mean {', '.join(close)}?" if close else "run 'gpusizer models' to list the zoo"
+        raise UsageError(f"unknown model {name!r}", hint=hint)
+
+
+def _parse(doc: Any, origin: str) -> tuple[Model, ...]:
+    if not isinstance(doc, dict) or not isinstance(doc.get("models"), list):
+        raise DataFileError(f"{origin}: expected 'models:' followed by a list of entries")
+    out: list[Model] = []
+    seen: set[str] = set()
+    for i, raw in enumerate(doc["models"]):
+        if not isinstance(raw, dict):
+            raise DataFileError(f"{origin}: entry #{i + 1} is not a mapping")
+        try:
+            model = Model.model_validate(raw)
+        except ValidationError as exc:
+            raise DataFileError(datafiles.describe_validation_error(exc, origin, raw.get("id"))) from None
+        if model.id in seen:
+            raise DataFileError(f"{origin}: entry '{model.id}': id: duplicate id")
+        seen.add(model.id)
+        out.append(model)
+    return tuple(out)
+
+
+@functools.cache
+def _load_cached(paths: tuple[str, ...], cache_dir: Path | None) -> Zoo:
+    models: list[Model] = []
+    for path in paths:
+        models.extend(_parse(datafiles.load_yaml(Path(path), cache_dir), path))
+    return Zoo(models=tuple(models))
+
+
+def load_zoo(extra: Sequence[str] = (), cache_dir: Path | None = None) -> Zoo:
+    """Load the bundled model zoo, plus any extra model files."""
+    return _load_cached((str(datafiles.bundled_path("models.yaml")), *extra), cache_dir)

@@ -1,0 +1,234 @@
+"""The catalog commands, name matching, user catalogs and bad-catalog errors."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from gpusizer.catalog import load_catalog, resolve_name
+from gpusizer.errors import UsageError
+
+ROOT = Path(__file__).resolve().parent.parent
+GPUS = load_catalog().gpus
+
+
+# ----- name matching ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "gpu_id"),
+    [
+        ("v100-sxm2-16gb", "v100-sxm2-16gb"),
+        ("Tesla V100-SXM2-16GB", "v100-sxm2-16gb"),
+        ("tesla v100 sxm2 16gb", "v100-sxm2-16gb"),
+        ("V100 32GB SXM2", "v100-sxm2-32gb"),
+        ("rtx3090", "rtx-3090"),
+        ("RTX 3090", "rtx-3090"),
+        ("NVIDIA GeForce RTX 3090", "rtx-3090"),
+        ("3090", "rtx-3090"),
+        ("1080ti", "gtx-1080-ti"),
+        ("GTX 1080 Ti", "gtx-1080-ti"),
+        ("RTX 2080 Ti", "rtx-2080-ti"),
+        ("A100 80GB SXM4", "a100-sxm4-80gb"),
+        ("NVIDIA A100-SXM4-80GB", "a100-sxm4-80gb"),
+        ("NVIDIA H100 80GB HBM3", "h100-sxm5-80gb"),
+    ],
+)
+def test_forgiving_names(name, gpu_id):
+    assert resolve_name(GPUS, name).gpu.id == gpu_id
+
+
+@pytest.mark.parametrize(("family", "default"), [("v100", "v100-sxm2-16gb"), ("p100", "p100-sxm2-16gb"), ("a100", "a100-sxm4-80gb")])
+def test_family_name_picks_default_and_says_so(family, default):
+    res = resolve_name(GPUS, family)
+    assert res.gpu.id == default
+    assert res.matched_by == "family"
+    assert default in res.note and "others" in res.note
+
+
+def test_ambiguous_name_lists_candidates():
+    with pytest.raises(UsageError) as err:
+        resolve_name(GPUS, "a100 pcie")
+    assert "a100-pcie-40gb" in err.value.message and "a100-pcie-80gb" in err.value.message
+
+
+def test_unknown_name_suggests_close_matches():
+    with pytest.raises(UsageError) as err:
+        resolve_name(GPUS, "rtx 4009")
+    assert err.value.message == "unknown GPU 'rtx 4009'"
+    assert "rtx-4090" in err.value.hint
+
+
+# ----- commands -----------------------------------------------------------------------------
+
+
+def test_catalog_list_json_envelope(cli_json):
+    doc = cli_json("catalog", "list")
+    assert doc["schema_version"] == 1
+    assert doc["command"] == "catalog list"
+    assert len(doc["results"]) == len(GPUS)
+    v100 = next(g for g in doc["results"] if g["id"] == "v100-sxm2-16gb")
+    assert v100["fp64_tflops"] == 7.8 and v100["memory_gib"] == 16 and v100["bandwidth_gb_s"] == 900
+    # unknown values are null, not sentinels
+    assert v100["launch_price_usd"] is None
+
+
+def test_catalog_list_filters(cli_json):
+    doc = cli_json("catalog", "list", "--segment", "datacenter", "--min-memory", "80", "--nvlink")
+    ids = {g["id"] for g in doc["results"]}
+    assert "a100-sxm4-80gb" in ids and "h100-sxm5-80gb" in ids
+    assert all(g["memory_gib"] >= 80 and g["nvlink_gb_s"] for g in doc["results"])
+    assert "rtx-pro-6000-blackwell" not in ids  # workstation
+    consumer = cli_json("catalog", "list", "--no-rdma", "--arch", "ada")["results"]
+    assert {g["id"] for g in consumer} >= {"rtx-4090", "rtx-4080"}
+    assert all(not g["gpudirect_rdma"] for g in consumer)
+
+
+def test_catalog_list_sort_puts_unknown_last(cli_json):
+    rows = cli_json("catalog", "list", "--sort", "fp64_tflops")["results"]
+    values = [g["fp64_tflops"] for g in rows]
+    known = [v for v in values if v is not None]
+    assert known == sorted(known, reverse=True)
+    assert values[: len(known)] == known
+    assert rows[0]["id"] == "b200-sxm-180gb"
+
+
+def test_catalog_list_bad_sort_field(cli):
+    result = cli("catalog", "list", "--sort", "fp64")
+    assert result.exit_code == 2
+    assert "fp64_tflops" in result.stderr
+
+
+def test_catalog_show_family_note_on_stderr(cli):
+    result = cli("catalog", "show", "v100", "--json")
+    assert result.exit_code == 0
+    doc = json.loads(result.stdout)
+    assert doc["input"]["resolved_id"] == "v100-sxm2-16gb"
+    assert any("v100-sxm2-16gb" in n for n in doc["notes"])
+    human = cli("catalog", "show", "v100")
+    assert "Note: 'v100' names several variants" in human.stderr
+    assert "Tesla V100 SXM2 16 GB" in human.stdout
+
+
+def test_compare_shows_p100_fp64_advantage(cli, cli_json):
+    doc = cli_json("compare", "1080ti", "p100")
+    row = next(r for r in doc["results"]["rows"] if r["field"] == "fp64_tflops")
+    assert row["values"] == [0.35, 5.3]
+    assert 14 <= row["ratios"][1] <= 17
+    text = cli("compare", "1080ti", "p100").stdout
+    assert "5.3 (15x)" in text
+
+
+def test_compare_needs_two(cli):
+    result = cli("compare", "v100")
+    assert result.exit_code == 2
+    assert "at least two" in result.stderr
+
+
+def test_unknown_gpu_exit_code_and_suggestion(cli):
+    result = cli("catalog", "show", "rtx 4009")
+    assert result.exit_code == 2
+    assert result.stderr.splitlines()[0] == "Error: unknown GPU 'rtx 4009'"
+    assert "rtx-4090" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_version(cli):
+    from gpusizer import __version__
+
+    result = cli("--version")
+    assert result.exit_code == 0 and result.stdout.strip() == f"gpusizer {__version__}"
+
+
+def test_json_has_no_colour_codes_even_when_forced(cli):
+    result = cli("catalog", "list", "--json", env={"FORCE_COLOR": "1"})
+    assert "\x1b[" not in result.stdout
+    json.loads(result.stdout)
+
+
+def test_human_output_has_no_colour_under_no_color(installed):
+    result = installed("catalog", "list", env={"NO_COLOR": "1", "FORCE_COLOR": ""})
+    assert result.returncode == 0
+    assert "\x1b[" not in result.stdout
+    assert "v100-sxm2-16gb" in result.stdout
+
+
+# ----- user catalogs --------------------------------------------------------------------------
+
+
+def test_example_user_catalog_overrides_and_adds(cli_json):
+    doc = cli_json("catalog", "list", "--catalog", str(ROOT / "examples" / "my-gpus.yaml"))
+    by_id = {g["id"]: g for g in doc["results"]}
+    assert len(by_id) == len(GPUS) + 1
+    assert by_id["rtx-4090"]["launch_price_usd"] == 1750
+    assert by_id["rtx-4090"]["fp32_tflops"] == 82.6  # untouched fields keep bundled values
+    assert by_id["lab-a100-40gb-lowpower"]["fp32_tflops"] == 12.0
+
+
+def test_catalog_from_environment(cli_json, tmp_path, monkeypatch):
+    a = tmp_path / "a.yaml"
+    a.write_text("gpus:\n  - id: t4\n    launch_price_usd: 2000\n")
+    b = tmp_path / "b.yaml"
+    b.write_text("gpus:\n  - id: t4\n    launch_price_usd: 2100\n")
+    monkeypatch.setenv("GPUSIZER_CATALOG", os.pathsep.join([str(a), str(b)]))
+    doc = cli_json("catalog", "show", "t4")
+    assert doc["results"]["launch_price_usd"] == 2100  # later files win
+
+
+# ----- bad catalogs: each kind has exit code 3 and one line naming file, entry and field ------
+
+BAD = {
+    "malformed": ("gpus:\n  - id: t4\n\ttdp_w: 70\n", r"malformed YAML \(line 3, column 1\): found character '\\t'"),
+    "wrong_type": ("gpus:\n  - id: t4\n    memory_gib: lots\n", "entry 't4': memory_gib: Input should be a valid number"),
+    "unknown_field": ("gpus:\n  - id: t4\n    memroy_gib: 16\n", "entry 't4': memroy_gib: unknown field"),
+    "negative": ("gpus:\n  - id: t4\n    bandwidth_gb_s: -5\n", "entry 't4': bandwidth_gb_s: Input should be greater than 0"),
+    "absurd": ("gpus:\n  - id: t4\n    memory_gib: 100000\n", "entry 't4': memory_gib: Input should be less than or equal to 4096"),
+    "fp64_over_fp32": ("gpus:\n  - id: t4\n    fp64_tflops: 50\n", "entry 't4': fp64_tflops: 50.0 exceeds fp32_tflops"),
+    "duplicate": ("gpus:\n  - id: t4\n    tdp_w: 70\n  - id: t4\n    tdp_w: 75\n", "entry 't4': id: duplicate id in the same file"),
+    "not_a_list": ("gpus: 3\n", "expected a list of GPU entries"),
+    "missing_fields_new_entry": ("gpus:\n  - id: my-card\n    name: My card\n", "entry 'my-card': segment: Field required"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(BAD))
+def test_bad_catalog_file(cli, tmp_path, kind):
+    text, expected = BAD[kind]
+    path = tmp_path / f"{kind}.yaml"
+    path.write_text(text)
+    result = cli("catalog", "list", "--catalog", str(path))
+    assert result.exit_code == 3, result.stderr
+    first = result.stderr.splitlines()[0]
+    assert first.startswith(f"Error: {path}: ")
+    import re
+
+    assert re.search(expected, first), first
+    assert "Traceback" not in result.stderr
+
+
+def test_missing_catalog_file(cli, tmp_path):
+    result = cli("catalog", "list", "--catalog", str(tmp_path / "nope.yaml"))
+    assert result.exit_code == 3
+    assert result.stderr.startswith(f"Error: {tmp_path / 'nope.yaml'}: file not found")
+
+
+def test_python_yaml_tags_are_refused(cli, tmp_path):
+    """safe_load only: a python/object tag is a YAML error, not code execution."""
+    path = tmp_path / "evil.yaml"
+    path.write_text("gpus: !!python/object/apply:os.system ['echo pwned']\n")
+    result = cli("catalog", "list", "--catalog", str(path))
+    assert result.exit_code == 3
+    assert "malformed YAML" in result.stderr
+    assert "pwned" not in result.stdout
+
+
+def test_installed_command_and_module_agree(installed):
+    import subprocess
+    import sys
+
+    a = installed("catalog", "list", "--json")
+    b = subprocess.run([sys.executable, "-m", "gpusizer", "catalog", "list", "--json"], capture_output=True, text=True)
+    assert a.returncode == 0 and b.returncode == 0
+    assert json.loads(a.stdout)["results"] == json.loads(b.stdout)["results"]
