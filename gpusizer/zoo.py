@@ -51,6 +51,9 @@ class Model(BaseModel):
     experts_per_token: int | None = Field(default=None, gt=0)
     tied_embeddings: bool | None = None
     dropout: bool | None = None
+    #: the reference implementation computes attention softmax in fp32 even in
+    #: 16-bit training (HF Llama, Mistral, T5, GPT-NeoX do; GPT-2 and BERT do not)
+    softmax_fp32: bool | None = None
 
     # CNN / RNN measured figures
     image_size: int | None = Field(default=None, gt=0)
