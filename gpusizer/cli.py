@@ -235,6 +235,261 @@ def compare_cmd(
     _console(ctx).print(comparison_table(result))
 
 
+# --------------------------------------------------------------------------
+# shared model and run options (fit-model, recommend, estimate)
+
+from enum import Enum  # noqa: E402
+
+
+class PrecisionOpt(str, Enum):
+    fp32 = "fp32"
+    fp16 = "fp16"
+    bf16 = "bf16"
+    mixed = "mixed"
+    int8 = "int8"
+    int4 = "int4"
+
+
+class OptimizerOpt(str, Enum):
+    sgd = "sgd"
+    momentum = "momentum"
+    adam = "adam"
+    adamw = "adamw"
+    adafactor = "adafactor"
+    adam8bit = "adam8bit"
+
+
+class StrategyOpt(str, Enum):
+    ddp = "ddp"
+    zero1 = "zero1"
+    zero2 = "zero2"
+    zero3 = "zero3"
+    fsdp = "fsdp"
+    tp = "tp"
+
+
+class HeadOpt(str, Enum):
+    lm = "lm"
+    classifier = "classifier"
+
+
+ParamsOpt = Annotated[Optional[str], typer.Option("--params", help="Parameter count: 60M, 1.3B, 7e9, 175B or 60000000.")]
+ModelOpt = Annotated[Optional[str], typer.Option("--model", help="A model from the zoo (gpusizer models), e.g. resnet50, llama-2-7b.")]
+HfConfigOpt = Annotated[Optional[Path], typer.Option("--hf-config", help="A local Hugging Face config.json (no network).")]
+BatchOpt = Annotated[Optional[int], typer.Option("--batch", min=1, help="Batch per GPU (per model replica with tp). Default 1.")]
+SeqOpt = Annotated[Optional[int], typer.Option("--seq-len", min=1, help="Sequence length in tokens (transformers, RNNs).")]
+ImageOpt = Annotated[Optional[int], typer.Option("--image-size", min=8, help="Image side in pixels (CNNs).")]
+
+
+def _model_shape(params: str | None, model: str | None, hf_config: Path | None) -> Any:
+    from gpusizer.memory import model_shape_from_params, model_shape_from_zoo
+
+    given = [n for n, v in (("--params", params), ("--model", model), ("--hf-config", hf_config)) if v is not None]
+    if len(given) != 1:
+        raise UsageError(
+            "give exactly one of --params, --model or --hf-config" + (f" (got {', '.join(given)})" if given else ""),
+            hint="e.g. --model resnet50, --params 60M, --hf-config ./config.json",
+        )
+    if params is not None:
+        from gpusizer.units import parse_count
+
+        try:
+            return model_shape_from_params(parse_count(params, what="--params"))
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    if model is not None:
+        from gpusizer.zoo import load_zoo
+
+        return model_shape_from_zoo(load_zoo(cache_dir=_cache_dir()).resolve(model))
+    import json
+
+    from gpusizer.errors import DataFileError
+    from gpusizer.hfconfig import model_from_hf_config
+
+    try:
+        doc = json.loads(Path(hf_config).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise DataFileError(f"{hf_config}: file not found") from None
+    except (OSError, ValueError) as exc:
+        raise DataFileError(f"{hf_config}: not a readable JSON file: {exc}") from None
+    return model_shape_from_zoo(model_from_hf_config(doc, str(hf_config)))
+
+
+def _run_config(**kwargs: Any) -> Any:
+    from pydantic import ValidationError
+
+    from gpusizer.memory import RunConfig
+
+    try:
+        return RunConfig(**{k: v for k, v in kwargs.items() if v is not None})
+    except ValidationError as exc:
+        err = exc.errors(include_url=False)[0]
+        msg = err["msg"].removeprefix("Value error, ")
+        loc = ".".join(str(x) for x in err["loc"])
+        raise UsageError(f"{loc + ': ' if loc else ''}{msg}") from None
+
+
+def _parse_overhead(text: str | None) -> int | None:
+    if text is None:
+        return None
+    from gpusizer.units import parse_size
+
+    try:
+        return parse_size(text, what="--overhead", default_unit="mib")
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _local_report(cli_files: list[Path] | None) -> Any:
+    """Probe this machine (the only path that loads NVML) and match to the catalog."""
+    from gpusizer.nvml import read_host
+    from gpusizer.probe import match_catalog
+
+    return match_catalog(read_host(), _load_catalog(cli_files))
+
+
+# --------------------------------------------------------------------------
+# fit-model
+
+
+@app.command("fit-model")
+@guarded
+def fit_model_cmd(
+    ctx: typer.Context,
+    params: ParamsOpt = None,
+    model: ModelOpt = None,
+    hf_config: HfConfigOpt = None,
+    batch: BatchOpt = None,
+    seq_len: SeqOpt = None,
+    image_size: ImageOpt = None,
+    train: Annotated[bool, typer.Option("--train/--inference", help="Training step (default) or inference.")] = True,
+    precision: Annotated[
+        Optional[PrecisionOpt],
+        typer.Option(help="fp32; fp16/bf16 = pure 16-bit (optimizer state too); mixed = AMP; int8/int4 = "
+                     "weight-only quantisation for inference. Default: mixed for training, fp16 for inference."),
+    ] = None,
+    optimizer: Annotated[OptimizerOpt, typer.Option(help="Optimizer (training).")] = OptimizerOpt.adamw,
+    checkpointing: Annotated[bool, typer.Option("--checkpointing", help="Activation recomputation.")] = False,
+    flash_attention: Annotated[bool, typer.Option("--flash-attention", help="Fused attention (no s x s scores).")] = False,
+    head: Annotated[HeadOpt, typer.Option(help="Transformer output: lm = vocabulary logits for every token; classifier = a few classes.")] = HeadOpt.lm,
+    grad_accumulation: Annotated[int, typer.Option(min=1, help="Micro-batches per optimizer step; >1 keeps gradients alive through backward.")] = 1,
+    gpus: Annotated[int, typer.Option(min=1, help="GPUs the run is spread over.")] = 1,
+    strategy: Annotated[StrategyOpt, typer.Option(help="ddp replicates; zero1/2/3, fsdp and tp shard.")] = StrategyOpt.ddp,
+    gpu: Annotated[Optional[list[str]], typer.Option("--gpu", help="Check these GPUs (repeatable). Default: the whole catalog.")] = None,
+    local: Annotated[bool, typer.Option("--local", help="Check this machine's GPUs and their free memory (NVML).")] = False,
+    overhead: Annotated[Optional[str], typer.Option(help="Fixed per-GPU overhead (CUDA context), e.g. 800MiB. Default 500 MiB.")] = None,
+    method: Annotated[str, typer.Option(help="physics (default) or rule-of-thumb: (MB - 400) / 2 x 1024^2 / 4 params.")] = "physics",
+    top: Annotated[Optional[int], typer.Option(min=1, help="Show at most this many GPUs in the table.")] = None,
+    catalog: CatalogOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Estimate training or inference memory and check which GPUs it fits on."""
+    from gpusizer import fit
+
+    if method not in ("physics", "rule-of-thumb"):
+        raise UsageError(f"--method: {method!r} is not physics or rule-of-thumb")
+    shape = _model_shape(params, model, hf_config)
+    prec = precision.value if precision else ("mixed" if train else "fp16")
+    cfg = _run_config(
+        mode="train" if train else "inference", precision=prec, optimizer=optimizer.value, batch=batch,
+        seq_len=seq_len, image_size=image_size, checkpointing=checkpointing, flash_attention=flash_attention,
+        head=head.value, persistent_grads=grad_accumulation > 1, gpus=gpus, strategy=strategy.value,
+        context_bytes=_parse_overhead(overhead),
+    )
+    notes: list[str] = []
+    if local:
+        if gpu:
+            raise UsageError("--local and --gpu cannot be combined")
+        caps = fit.capacities_from_probe(_local_report(catalog))
+    else:
+        cat = _load_catalog(catalog)
+        if gpu:
+            resolved = cat.resolve_many(gpu)
+            notes += [r.note for r in resolved if r.note]
+            caps = fit.capacities_from_catalog([r.gpu for r in resolved])
+        else:
+            caps = fit.capacities_from_catalog(cat.gpus)
+    runner = fit.fit_rule_of_thumb if method == "rule-of-thumb" else fit.fit_model
+    report = runner(shape, cfg, caps)
+    notes += list(report.notes)
+    inputs = {
+        "model": shape.name, "params": shape.params, "method": method, **cfg.model_dump(mode="json"),
+        "gpus_checked": [c.label for c in caps], "local": local,
+    }
+    if json_out:
+        from gpusizer.render import emit_json, envelope
+        from gpusizer.render_fit import fit_json
+
+        emit_json(envelope("fit-model", inputs, fit_json(report), notes))
+    else:
+        from gpusizer.render_fit import breakdown_table, gpu_table
+
+        _warn(ctx, notes)
+        console = _console(ctx)
+        console.print(breakdown_table(report))
+        console.print(gpu_table(report, limit=top))
+        console.print(f"Verdict: {report.verdict}", markup=False)
+    if not report.fitting:
+        raise typer.Exit(int(ExitCode.NOTHING_FITS))
+
+
+# --------------------------------------------------------------------------
+# models and probe
+
+
+@app.command("models")
+@guarded
+def models_cmd(ctx: typer.Context, json_out: JsonOpt = False) -> None:
+    """List the model zoo."""
+    from gpusizer.zoo import load_zoo
+
+    zoo = load_zoo(cache_dir=_cache_dir())
+    if json_out:
+        from gpusizer.render import emit_json, envelope
+
+        emit_json(envelope("models", {}, [m.model_dump(mode="json") for m in zoo.models]))
+        return
+    from rich.table import Table
+
+    from gpusizer.units import format_count
+
+    table = Table(title="Model zoo (data/models.yaml)", title_justify="left")
+    for col in ("id", "kind", "params", "layers", "hidden", "heads/kv", "vocab"):
+        table.add_column(col, justify="left" if col in ("id", "kind") else "right")
+    for m in zoo.models:
+        heads = f"{m.heads}/{m.n_kv_heads}" if m.heads else "n/a"
+        table.add_row(m.id, m.kind, format_count(m.params), str(m.layers or "n/a"), str(m.hidden or "n/a"), heads,
+                      str(m.vocab or "n/a"))
+    _console(ctx).print(table)
+
+
+@app.command("probe")
+@guarded
+def probe_cmd(
+    ctx: typer.Context,
+    emit_catalog: Annotated[bool, typer.Option("--emit-catalog", help="Print a starter catalog YAML entry for each GPU.")] = False,
+    catalog: CatalogOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Read this machine's NVIDIA GPUs through NVML and match them to the catalog."""
+    report = _local_report(catalog)
+    if emit_catalog:
+        from gpusizer.probe import starter_catalog_yaml
+
+        sys.stdout.write(starter_catalog_yaml(d.device for d in report.devices))
+        return
+    from gpusizer.render_probe import probe_json, probe_renderables
+
+    if json_out:
+        from gpusizer.render import emit_json, envelope
+
+        emit_json(envelope("probe", {"catalog_files": _catalog_files(catalog)}, probe_json(report)))
+        return
+    console = _console(ctx)
+    for renderable in probe_renderables(report):
+        console.print(renderable)
+
+
 def main() -> None:
     """Console-script entry point."""
     app(prog_name="gpusizer")

@@ -1,0 +1,183 @@
+"""fit-model: will a model fit, the largest batch, and how many GPUs a sharded run needs.
+
+Pure: takes catalog entries (or probed capacities), a model shape and a run
+configuration, and returns a frozen report. All memory arithmetic is in
+``gpusizer.memory``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from gpusizer.catalog import Gpu
+from gpusizer.memory import (
+    MemoryBreakdown,
+    ModelShape,
+    RunConfig,
+    estimate_memory,
+    fewest_gpus,
+    largest_batch,
+    rule_of_thumb_params,
+)
+from gpusizer.units import MIB, format_bytes
+
+
+class Capacity(BaseModel):
+    """The memory a GPU offers to the run: the datasheet size, or what the probe saw free."""
+
+    model_config = ConfigDict(frozen=True)
+
+    gpu: Gpu | None
+    label: str
+    memory_bytes: int
+    source: Literal["catalog", "probe-free"] = "catalog"
+
+
+class GpuFit(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    gpu_id: str | None
+    gpu_name: str
+    memory_bytes: int
+    capacity_source: Literal["catalog", "probe-free"]
+    fits: bool
+    total_bytes: int
+    headroom_bytes: int
+    #: largest per-GPU batch at the requested GPU count; null if batch 1 does not fit
+    max_batch: int | None
+    #: fewest GPUs under the chosen strategy; null if no count up to 4096 is enough
+    min_gpus: int | None
+    #: rule-of-thumb method only: parameters that fit by the classic rule
+    rule_of_thumb_params: int | None = None
+
+
+class FitReport(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    model_name: str
+    params: int
+    method: Literal["physics", "rule-of-thumb"]
+    config: RunConfig
+    breakdown: MemoryBreakdown
+    gpus: tuple[GpuFit, ...]
+    verdict: str
+    notes: tuple[str, ...] = ()
+
+    @property
+    def fitting(self) -> tuple[GpuFit, ...]:
+        return tuple(g for g in self.gpus if g.fits)
+
+
+def capacities_from_catalog(gpus: Sequence[Gpu]) -> list[Capacity]:
+    return [Capacity(gpu=g, label=g.id, memory_bytes=g.memory_bytes) for g in gpus]
+
+
+def fit_one(shape: ModelShape, cfg: RunConfig, cap: Capacity, breakdown: MemoryBreakdown) -> GpuFit:
+    total = breakdown.total_bytes
+    return GpuFit(
+        gpu_id=cap.gpu.id if cap.gpu else None,
+        gpu_name=cap.gpu.name if cap.gpu else cap.label,
+        memory_bytes=cap.memory_bytes,
+        capacity_source=cap.source,
+        fits=total <= cap.memory_bytes,
+        total_bytes=total,
+        headroom_bytes=cap.memory_bytes - total,
+        max_batch=largest_batch(shape, cfg, cap.memory_bytes),
+        min_gpus=fewest_gpus(shape, cfg, cap.memory_bytes),
+    )
+
+
+def fit_model(shape: ModelShape, cfg: RunConfig, capacities: Sequence[Capacity]) -> FitReport:
+    """Fit one model and run configuration against each GPU."""
+    breakdown = estimate_memory(shape, cfg)
+    results = tuple(fit_one(shape, cfg, cap, breakdown) for cap in capacities)
+    return FitReport(
+        model_name=shape.name,
+        params=shape.params,
+        method="physics",
+        config=cfg,
+        breakdown=breakdown,
+        gpus=results,
+        verdict=_verdict(results, cfg, breakdown),
+        notes=breakdown.notes,
+    )
+
+
+def fit_rule_of_thumb(shape: ModelShape, cfg: RunConfig, capacities: Sequence[Capacity]) -> FitReport:
+    """The source documents' rule: (MB - 400) / 2 x 1024^2 / 4 params fit (momentum SGD, fp32)."""
+    breakdown = estimate_memory(shape, cfg)
+    results = []
+    for cap in capacities:
+        usable = rule_of_thumb_params(cap.memory_bytes / MIB)
+        results.append(
+            GpuFit(
+                gpu_id=cap.gpu.id if cap.gpu else None,
+                gpu_name=cap.gpu.name if cap.gpu else cap.label,
+                memory_bytes=cap.memory_bytes,
+                capacity_source=cap.source,
+                fits=shape.params <= usable,
+                total_bytes=shape.params * 8 + 400 * MIB,
+                headroom_bytes=cap.memory_bytes - (shape.params * 8 + 400 * MIB),
+                max_batch=None,
+                min_gpus=math.ceil(shape.params / usable) if usable else None,
+                rule_of_thumb_params=usable,
+            )
+        )
+    notes = (
+        "rule of thumb (Dettmers): usable params = (MB - 400) / 2 x 1024^2 / 4; "
+        "it ignores activations, which for conv nets are often larger than the weights",
+    )
+    return FitReport(
+        model_name=shape.name,
+        params=shape.params,
+        method="rule-of-thumb",
+        config=cfg,
+        breakdown=breakdown,
+        gpus=tuple(results),
+        verdict=_verdict(tuple(results), cfg, breakdown),
+        notes=notes,
+    )
+
+
+def _verdict(results: Sequence[GpuFit], cfg: RunConfig, breakdown: MemoryBreakdown) -> str:
+    need = format_bytes(breakdown.total_bytes)
+    per = "per GPU" if cfg.gpus > 1 else ""
+    fitting = [r for r in results if r.fits]
+    if fitting:
+        smallest = min(fitting, key=lambda r: r.memory_bytes)
+        return (
+            f"needs {need} {per}".rstrip()
+            + f"; fits on {len(fitting)} of {len(results)} GPUs, the smallest being "
+            f"{smallest.gpu_id or smallest.gpu_name} ({format_bytes(smallest.memory_bytes)})"
+        )
+    sharded = [r for r in results if r.min_gpus is not None]
+    if sharded:
+        best = min(sharded, key=lambda r: (r.min_gpus, r.memory_bytes))
+        return (
+            f"needs {need} {per}".rstrip()
+            + f"; fits on no GPU as configured; with {cfg.strategy} it needs {best.min_gpus} x "
+            f"{best.gpu_id or best.gpu_name}"
+        )
+    hint = "try --strategy zero3, fsdp or tp, a lower --precision, or --checkpointing"
+    return f"needs {need} {per}".rstrip() + f"; fits on no GPU as configured ({hint})"
+
+
+def capacities_from_probe(report: object) -> list[Capacity]:
+    """Local GPUs with the memory the probe saw free (``probe.ProbeReport``)."""
+    caps = []
+    for dev in report.devices:  # type: ignore[attr-defined]
+        d = dev.device
+        if d.lost or d.memory_free_bytes is None:
+            continue
+        label = f"GPU {d.index}: {d.name}"
+        caps.append(
+            Capacity(
+                gpu=dev.match.gpu if dev.match else None, label=label, memory_bytes=d.memory_free_bytes,
+                source="probe-free",
+            )
+        )
+    return caps

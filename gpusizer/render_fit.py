@@ -1,0 +1,97 @@
+"""Rendering fit-model results: a memory breakdown with bars, a GPU table, a verdict."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpusizer.render import bar, fmt
+from gpusizer.units import format_bytes, format_count
+
+COMPONENTS: tuple[tuple[str, str], ...] = (
+    ("weights_bytes", "weights"),
+    ("gradients_bytes", "gradients"),
+    ("optimizer_bytes", "optimizer state"),
+    ("activations_bytes", "activations"),
+    ("kv_cache_bytes", "KV cache"),
+    ("transient_bytes", "transient buffers"),
+    ("context_bytes", "CUDA context"),
+    ("fragmentation_bytes", "allocator slack"),
+)
+
+
+def fit_json(report: Any) -> dict[str, Any]:
+    b = report.breakdown
+    return {
+        "model": report.model_name,
+        "params": report.params,
+        "method": report.method,
+        "breakdown": b.model_dump(mode="json"),
+        "gpus": [g.model_dump(mode="json") for g in report.gpus],
+        "fits_on": [g.gpu_id or g.gpu_name for g in report.gpus if g.fits],
+        "verdict": report.verdict,
+    }
+
+
+def breakdown_table(report: Any) -> Any:
+    from rich.table import Table
+
+    b = report.breakdown
+    summed = sum(getattr(b, f) for f, _ in COMPONENTS)
+    table = Table(
+        title=f"Memory per GPU: {report.model_name} ({format_count(report.params)} params), "
+        f"peak {format_bytes(b.total_bytes)} at the {b.peak_phase} phase",
+        title_justify="left",
+    )
+    table.add_column("component")
+    table.add_column("bytes", justify="right")
+    table.add_column("GiB", justify="right")
+    table.add_column("share", justify="right")
+    table.add_column("", no_wrap=True)
+    for field, label in COMPONENTS:
+        value = getattr(b, field)
+        if value == 0 and field in ("kv_cache_bytes", "transient_bytes", "gradients_bytes", "optimizer_bytes"):
+            continue
+        share = value / summed if summed else 0
+        table.add_row(label, f"{value:,}", f"{value / 2**30:.2f}", f"{share:.0%}", bar(share, 30))
+    table.add_row("peak total", f"{b.total_bytes:,}", f"{b.total_bytes / 2**30:.2f}", "", "", style="bold")
+    captions = {
+        "backward": "Peak at the start of backward: all activations saved, gradients not yet written "
+                    "(so the peak is less than the sum of the rows).",
+        "optimizer": "Peak at the optimizer step: all gradients written, activations already freed "
+                     "(so the peak is less than the sum of the rows).",
+        "inference": "Inference: weights, KV cache and one pass's working activations.",
+    }
+    table.caption = captions[b.peak_phase]
+    table.caption_justify = "left"
+    return table
+
+
+def gpu_table(report: Any, limit: int | None = None) -> Any:
+    from rich import box
+    from rich.table import Table
+
+    cfg = report.config
+    rows = sorted(report.gpus, key=lambda g: (not g.fits, g.memory_bytes))
+    if limit is not None:
+        rows = rows[:limit]
+    rule = report.method == "rule-of-thumb"
+    table = Table(title=f"GPUs ({'rule of thumb' if rule else f'{cfg.gpus} GPU(s), {cfg.strategy}'})",
+                  title_justify="left", box=box.SIMPLE_HEAD)
+    table.add_column("GPU")
+    table.add_column("memory", justify="right")
+    table.add_column("fits", justify="center")
+    table.add_column("headroom", justify="right")
+    if rule:
+        table.add_column("max params (rule)", justify="right")
+    else:
+        table.add_column("max batch/GPU", justify="right")
+    table.add_column(f"min GPUs ({cfg.strategy})", justify="right")
+    for g in rows:
+        label = g.gpu_id or g.gpu_name
+        mem = format_bytes(g.memory_bytes) + (" free" if g.capacity_source == "probe-free" else "")
+        extra = format_count(g.rule_of_thumb_params) if rule else fmt(g.max_batch)
+        table.add_row(
+            label, mem, "yes" if g.fits else "no", format_bytes(g.headroom_bytes), extra,
+            fmt(g.min_gpus) if g.min_gpus is not None else "n/a",
+        )
+    return table
