@@ -218,7 +218,7 @@ def _layer_activation_bytes(
 
 
 def transformer_activation_bytes(
-    m: Model, cfg: RunConfig, seq_len: int, *, tp: int = 1
+    m: Model, cfg: RunConfig, seq_len: int, *, tp: int = 1, shards: int = 1
 ) -> tuple[int, int, int]:
     """(saved activations, one layer's activations, logits bytes) for a training step.
 
@@ -254,9 +254,11 @@ def transformer_activation_bytes(
         logits = s * b * m.vocab * p // tp
     else:
         logits = 0
-    if cfg.precision == "mixed":
-        # autocast keeps 16-bit copies of the layer weights alive until backward
-        stored += int(2 * matrix_params(m) / tp)
+    if cfg.precision == "mixed" and not cfg.checkpointing:
+        # autocast's 16-bit copies of the layer weights are saved for backward
+        # (under checkpointing they are recomputed instead); sharded runs hold
+        # copies of their own shard only
+        stored += int(2 * matrix_params(m) / shards)
     return stored + logits, recompute, logits
 
 
@@ -268,7 +270,8 @@ def activation_bytes(shape: ModelShape, cfg: RunConfig) -> tuple[int, int, int, 
     tp = cfg.gpus if cfg.strategy == "tp" else 1
     if m.is_transformer:
         seq = cfg.seq_len or min(m.max_seq_len or 512, 2048)
-        saved, recompute, logits = transformer_activation_bytes(m, cfg, seq, tp=tp)
+        shards = cfg.gpus if cfg.strategy in ("tp", "fsdp", "zero3") else 1
+        saved, recompute, logits = transformer_activation_bytes(m, cfg, seq, tp=tp, shards=shards)
         return saved, recompute, logits, True
     per_sample = m.activation_bytes_per_sample_fp32
     if cfg.precision == "mixed" and m.activation_bytes_per_sample_mixed:

@@ -1,0 +1,59 @@
+"""Start-up time of ``gpusizer catalog list`` against importing its libraries.
+
+Runs each command alternately (so background load hits both alike) and prints
+the median wall times and their ratio. The target is a ratio of at most 1.3.
+
+    python benchmarks/startup.py [--runs 30]
+
+The YAML cache is warmed first (as it is after the first run on any machine);
+``--cold`` turns the cache off instead, to show the cost of parsing the YAML.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def _time(cmd: list[str], env: dict[str, str]) -> float:
+    start = time.perf_counter()
+    subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=30)
+    parser.add_argument("--cold", action="store_true", help="disable the parsed-YAML cache")
+    args = parser.parse_args()
+
+    script = Path(sys.executable).with_name("gpusizer")
+    gpusizer = [str(script)] if script.exists() else [shutil.which("gpusizer") or "gpusizer"]
+    baseline = [sys.executable, "-c", "import typer, rich, pydantic, yaml"]
+    cache = tempfile.mkdtemp(prefix="gpusizer-bench-")
+    env = {**os.environ, "GPUSIZER_CACHE_DIR": cache}
+    if args.cold:
+        env["GPUSIZER_NO_CACHE"] = "1"
+    listing = [*gpusizer, "catalog", "list"]
+    _time(listing, env)  # warm the OS file cache and the YAML cache
+    _time(baseline, env)
+    base_times, list_times = [], []
+    for _ in range(args.runs):
+        base_times.append(_time(baseline, env))
+        list_times.append(_time(listing, env))
+    base, lst = statistics.median(base_times), statistics.median(list_times)
+    print(f"python -c 'import typer, rich, pydantic, yaml': median {base * 1000:.0f} ms over {args.runs} runs")
+    print(f"gpusizer catalog list{' (no cache)' if args.cold else ''}: median {lst * 1000:.0f} ms")
+    print(f"ratio: {lst / base:.2f} (target <= 1.30)")
+    shutil.rmtree(cache, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
