@@ -137,7 +137,7 @@ def _warn(ctx: typer.Context, notes: list[str] | tuple[str, ...]) -> None:
     if notes:
         console = _console(ctx, stderr=True)
         for note in notes:
-            console.print(f"Note: {note}", markup=False)
+            console.print(f"Note: {note}", markup=False, soft_wrap=True)
 
 
 # --------------------------------------------------------------------------
