@@ -1,0 +1,505 @@
+"""Turn a Hugging Face ``config.json`` into a zoo :class:`~gpusizer.zoo.Model`.
+
+The caller reads and parses the file; nothing here touches the network or
+needs ``transformers``. :func:`model_from_hf_config` fills the shape the memory
+model needs and derives ``params`` exactly as
+``sum(p.numel() for p in model.parameters())`` counts it for one transformers
+class per family (shared tensors, such as a tied LM head, counted once;
+buffers such as rotary ``inv_freq``, causal masks or ``position_ids`` are not
+parameters and are not counted):
+
+==================  ===============================  ==========================================
+model_type          class whose count is reproduced  what it holds
+==================  ===============================  ==========================================
+llama               LlamaForCausalLM                 embed_tokens; per layer q/k/v/o (biases if
+                                                     ``attention_bias``), gate/up/down (biases if
+                                                     ``mlp_bias``), 2 RMSNorm weights; final
+                                                     RMSNorm; lm_head unless tied
+mistral             MistralForCausalLM               as llama, never biases
+mixtral             MixtralForCausalLM               as mistral, the MLP replaced by
+                                                     ``num_local_experts`` SwiGLU experts (w1, w2,
+                                                     w3) and a bias-free router (hidden x experts)
+qwen2               Qwen2ForCausalLM                 as llama with biases on q/k/v (not o)
+gpt2                GPT2LMHeadModel                  wte, learned wpe; per layer ln_1, c_attn,
+                                                     c_proj, ln_2, c_fc, c_proj (all with bias,
+                                                     LayerNorm weight and bias), cross-attention
+                                                     if ``add_cross_attention``; ln_f; lm_head
+                                                     (no bias) unless tied
+gpt_neox            GPTNeoXForCausalLM               embed_in; per layer 2 LayerNorms,
+                                                     query_key_value and dense (biases if
+                                                     ``attention_bias``), dense_h_to_4h and
+                                                     dense_4h_to_h with biases; final LayerNorm;
+                                                     embed_out unless tied
+bert                BertForMaskedLM                  word, learned position and token-type
+                                                     embeddings + LayerNorm; per layer q/k/v,
+                                                     attention output dense + LayerNorm,
+                                                     intermediate, output dense + LayerNorm (all
+                                                     with bias); no pooler; the MLM head's
+                                                     transform (dense + LayerNorm) and decoder
+                                                     bias, the decoder weight tied to the word
+                                                     embeddings unless ``tie_word_embeddings`` is
+                                                     false
+roberta             RobertaForMaskedLM               as bert (RobertaLMHead: dense, LayerNorm,
+                                                     tied decoder, bias); no pooler
+t5, mt5             T5ForConditionalGeneration /     shared embedding; encoder and decoder layers
+                    MT5ForConditionalGeneration      (q, k, v, o without bias, RMSNorm weights,
+                                                     wi or wi_0 + wi_1 for gated activations, wo),
+                                                     one relative-attention bias table
+                                                     (buckets x heads) per stack, cross-attention
+                                                     in the decoder, a final norm per stack;
+                                                     lm_head unless tied (t5 ties by default,
+                                                     mt5 does not)
+==================  ===============================  ==========================================
+
+These are the counts of the transformers 4.x classes, and the tensors the
+published checkpoints hold; every family, tied and untied, with and without
+the optional biases, was checked against ``transformers`` 4.46.3 (models built
+on the ``meta`` device). transformers 5.x departs in two places this module
+does not follow: its T5Config and MT5Config force ``tie_word_embeddings`` to
+true (so t5-v1_1-base counts 222,903,552 there, not 247,577,856), and with
+``tie_word_embeddings: false`` its BertForMaskedLM and RobertaForMaskedLM keep
+a second decoder bias of ``vocab_size`` entries.
+
+Keys that fix the shape (layers, width, heads, feed-forward width, vocabulary)
+are required. Other keys fall back to the defaults of the transformers
+configuration class, as ``from_pretrained`` would; JSON ``null`` counts as
+absent. ``mlp`` is null for an activation outside gelu, relu, swiglu and geglu
+(a gated relu, say). RoBERTa numbers positions from ``pad_token_id + 1``, so its
+``max_seq_len`` is ``max_position_embeddings - pad_token_id - 1`` (514 -> 512).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import PurePath, PurePosixPath, PureWindowsPath
+from typing import Any
+
+from pydantic import ValidationError
+
+from gpusizer import datafiles
+from gpusizer.errors import DataFileError
+from gpusizer.zoo import Model
+
+_REQUIRED: Any = object()
+
+_GELU = frozenset(
+    {"gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "gelu_python", "gelu_accurate", "gelu_10", "quick_gelu"}
+)
+_SILU = frozenset({"silu", "swish"})
+
+#: transformers class whose parameters() count is reproduced, per model_type
+HF_CLASS = {
+    "bert": "BertForMaskedLM",
+    "gpt2": "GPT2LMHeadModel",
+    "gpt_neox": "GPTNeoXForCausalLM",
+    "llama": "LlamaForCausalLM",
+    "mistral": "MistralForCausalLM",
+    "mixtral": "MixtralForCausalLM",
+    "mt5": "MT5ForConditionalGeneration",
+    "qwen2": "Qwen2ForCausalLM",
+    "roberta": "RobertaForMaskedLM",
+    "t5": "T5ForConditionalGeneration",
+}
+SUPPORTED_MODEL_TYPES = tuple(sorted(HF_CLASS))
+
+
+class _Config:
+    """Typed reads from one config document; every failure is a one-line DataFileError."""
+
+    def __init__(self, doc: dict[str, Any], origin: str) -> None:
+        self.doc = doc
+        self.origin = origin
+
+    def _get(self, key: str, default: Any) -> Any:
+        value = self.doc.get(key)
+        if value is None:
+            if default is _REQUIRED:
+                raise DataFileError(f"{self.origin}: missing key '{key}'")
+            return default
+        return value
+
+    def _bad(self, key: str, expected: str, value: Any) -> DataFileError:
+        return DataFileError(f"{self.origin}: key '{key}' must be {expected}, got {type(value).__name__} {value!r}")
+
+    def get_int(self, key: str, default: Any = _REQUIRED, minimum: int = 1) -> int:
+        value = self._get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self._bad(key, "an integer", value)
+        if value < minimum:
+            raise DataFileError(f"{self.origin}: key '{key}' must be at least {minimum}, got {value}")
+        return value
+
+    def get_prob(self, key: str, default: float) -> float:
+        value = self._get(key, default)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise self._bad(key, "a number", value)
+        if not 0 <= value <= 1:
+            raise DataFileError(f"{self.origin}: key '{key}' must be between 0 and 1, got {value}")
+        return float(value)
+
+    def get_bool(self, key: str, default: bool) -> bool:
+        value = self._get(key, default)
+        if not isinstance(value, bool):
+            raise self._bad(key, "true or false", value)
+        return value
+
+    def get_str(self, key: str, default: Any = _REQUIRED) -> str:
+        value = self._get(key, default)
+        if not isinstance(value, str):
+            raise self._bad(key, "a string", value)
+        return value
+
+    def heads_divide(self, hidden: int, hidden_key: str, heads: int, heads_key: str) -> None:
+        if hidden % heads:
+            raise DataFileError(
+                f"{self.origin}: key '{hidden_key}' ({hidden}) is not a multiple of '{heads_key}' ({heads})"
+            )
+
+
+def _dropout(c: _Config, defaults: dict[str, float]) -> bool:
+    return any(c.get_prob(key, default) > 0 for key, default in defaults.items())
+
+
+def _gated_mlp(act: str) -> str | None:
+    if act in _SILU:
+        return "swiglu"
+    if act in _GELU:
+        return "geglu"
+    return None
+
+
+def _plain_mlp(act: str) -> str | None:
+    if act in _GELU:
+        return "gelu"
+    if act == "relu":
+        return "relu"
+    return None
+
+
+# ----------------------------------------------------------------------------- families
+
+
+def _llama_like(c: _Config, model_type: str) -> dict[str, Any]:
+    """LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM, Qwen2ForCausalLM."""
+    h = c.get_int("hidden_size")
+    layers = c.get_int("num_hidden_layers")
+    heads = c.get_int("num_attention_heads")
+    kv = c.get_int("num_key_value_heads", heads)
+    ffn = c.get_int("intermediate_size")
+    vocab = c.get_int("vocab_size")
+    if c.doc.get("head_dim") is None:
+        hd = h // heads
+        if hd < 1:
+            c.heads_divide(h, "hidden_size", heads, "num_attention_heads")
+    else:
+        hd = c.get_int("head_dim")
+    max_pos_default = {"llama": 2048, "mistral": 4096 * 32, "mixtral": 4096 * 32, "qwen2": 32768}[model_type]
+    max_pos = c.get_int("max_position_embeddings", max_pos_default)
+    tied = c.get_bool("tie_word_embeddings", False)
+    act = c.get_str("hidden_act", "silu")
+
+    attn_bias = c.get_bool("attention_bias", False) if model_type == "llama" else False
+    mlp_bias = c.get_bool("mlp_bias", False) if model_type == "llama" else False
+    q_out, kv_out = heads * hd, kv * hd
+    attn = h * q_out + 2 * h * kv_out + q_out * h
+    if attn_bias:
+        attn += q_out + 2 * kv_out + h
+    if model_type == "qwen2":
+        attn += q_out + 2 * kv_out  # q/k/v carry biases, o_proj does not
+    mlp = 3 * h * ffn + ((2 * ffn + h) if mlp_bias else 0)
+    norms = 2 * h
+    embeddings = vocab * h * (1 if tied else 2) + h  # embed_tokens (+ lm_head) + final norm
+
+    out: dict[str, Any] = {}
+    if model_type == "mixtral":
+        experts = c.get_int("num_local_experts")
+        top_k = c.get_int("num_experts_per_tok")
+        if top_k > experts:
+            raise DataFileError(
+                f"{c.origin}: key 'num_experts_per_tok' ({top_k}) exceeds 'num_local_experts' ({experts})"
+            )
+        router = h * experts
+        params = layers * (attn + experts * mlp + router + norms) + embeddings
+        out["active_params"] = layers * (attn + top_k * mlp + router + norms) + embeddings
+        out["experts"] = experts
+        out["experts_per_token"] = top_k
+    else:
+        params = layers * (attn + mlp + norms) + embeddings
+
+    return {
+        **out,
+        "kind": "decoder",
+        "params": params,
+        "layers": layers,
+        "hidden": h,
+        "heads": heads,
+        "kv_heads": kv,
+        "head_dim": hd if heads * hd != h else None,
+        "ffn": ffn,
+        "vocab": vocab,
+        "max_seq_len": max_pos,
+        "mlp": _gated_mlp(act),
+        "tied_embeddings": tied,
+        "dropout": _dropout(c, {"attention_dropout": 0.0}),
+        "softmax_fp32": True,
+    }
+
+
+def _gpt2(c: _Config, model_type: str) -> dict[str, Any]:
+    """GPT2LMHeadModel."""
+    h = c.get_int("n_embd")
+    layers = c.get_int("n_layer")
+    heads = c.get_int("n_head")
+    vocab = c.get_int("vocab_size")
+    c.heads_divide(h, "n_embd", heads, "n_head")
+    positions = c.get_int("n_positions", 1024)
+    ffn = c.get_int("n_inner", 4 * h)
+    tied = c.get_bool("tie_word_embeddings", True)
+    act = c.get_str("activation_function", "gelu_new")
+
+    layer = (
+        2 * h  # ln_1
+        + h * 3 * h + 3 * h  # attn.c_attn
+        + h * h + h  # attn.c_proj
+        + 2 * h  # ln_2
+        + h * ffn + ffn  # mlp.c_fc
+        + ffn * h + h  # mlp.c_proj
+    )
+    if c.get_bool("add_cross_attention", False):
+        layer += (h * 2 * h + 2 * h) + (h * h + h) + (h * h + h) + 2 * h  # c_attn, q_attn, c_proj, ln_cross_attn
+    params = vocab * h + positions * h + layers * layer + 2 * h + (0 if tied else vocab * h)
+    return {
+        "kind": "decoder",
+        "params": params,
+        "layers": layers,
+        "hidden": h,
+        "heads": heads,
+        "kv_heads": heads,
+        "ffn": ffn,
+        "vocab": vocab,
+        "max_seq_len": positions,
+        "mlp": _plain_mlp(act),
+        "tied_embeddings": tied,
+        "dropout": _dropout(c, {"attn_pdrop": 0.1, "resid_pdrop": 0.1, "embd_pdrop": 0.1}),
+        "softmax_fp32": False,
+    }
+
+
+def _gpt_neox(c: _Config, model_type: str) -> dict[str, Any]:
+    """GPTNeoXForCausalLM."""
+    h = c.get_int("hidden_size")
+    layers = c.get_int("num_hidden_layers")
+    heads = c.get_int("num_attention_heads")
+    ffn = c.get_int("intermediate_size")
+    vocab = c.get_int("vocab_size")
+    c.heads_divide(h, "hidden_size", heads, "num_attention_heads")
+    max_pos = c.get_int("max_position_embeddings", 2048)
+    tied = c.get_bool("tie_word_embeddings", False)
+    bias = c.get_bool("attention_bias", True)
+    act = c.get_str("hidden_act", "gelu")
+
+    layer = (
+        4 * h  # input_layernorm, post_attention_layernorm
+        + h * 3 * h + (3 * h if bias else 0)  # attention.query_key_value
+        + h * h + (h if bias else 0)  # attention.dense
+        + h * ffn + ffn  # mlp.dense_h_to_4h
+        + ffn * h + h  # mlp.dense_4h_to_h
+    )
+    params = vocab * h + layers * layer + 2 * h + (0 if tied else vocab * h)
+    return {
+        "kind": "decoder",
+        "params": params,
+        "layers": layers,
+        "hidden": h,
+        "heads": heads,
+        "kv_heads": heads,
+        "ffn": ffn,
+        "vocab": vocab,
+        "max_seq_len": max_pos,
+        "mlp": _plain_mlp(act),
+        "tied_embeddings": tied,
+        "dropout": _dropout(c, {"attention_dropout": 0.0, "hidden_dropout": 0.0}),
+        "softmax_fp32": True,
+    }
+
+
+def _bert_like(c: _Config, model_type: str) -> dict[str, Any]:
+    """BertForMaskedLM and RobertaForMaskedLM (same tensors; no pooler)."""
+    h = c.get_int("hidden_size")
+    layers = c.get_int("num_hidden_layers")
+    heads = c.get_int("num_attention_heads")
+    ffn = c.get_int("intermediate_size")
+    vocab = c.get_int("vocab_size")
+    c.heads_divide(h, "hidden_size", heads, "num_attention_heads")
+    max_pos = c.get_int("max_position_embeddings", 512)
+    type_vocab = c.get_int("type_vocab_size", 2, minimum=0)
+    tied = c.get_bool("tie_word_embeddings", True)
+    act = c.get_str("hidden_act", "gelu")
+    position_type = c.get_str("position_embedding_type", "absolute")
+    if position_type != "absolute":
+        raise DataFileError(
+            f"{c.origin}: key 'position_embedding_type' {position_type!r} is not supported; supported: 'absolute'"
+        )
+
+    embeddings = vocab * h + max_pos * h + type_vocab * h + 2 * h
+    layer = (
+        4 * (h * h + h)  # query, key, value, attention.output.dense
+        + 2 * h  # attention.output.LayerNorm
+        + h * ffn + ffn  # intermediate.dense
+        + ffn * h + h  # output.dense
+        + 2 * h  # output.LayerNorm
+    )
+    head = (h * h + h) + 2 * h + vocab + (0 if tied else vocab * h)  # transform dense + LayerNorm, decoder bias
+    params = embeddings + layers * layer + head
+
+    max_seq_len = max_pos
+    if model_type == "roberta":
+        # RoBERTa numbers positions from padding_idx + 1, so 514 tables hold 512 tokens
+        max_seq_len = max_pos - (c.get_int("pad_token_id", 1, minimum=0) + 1)
+    return {
+        "kind": "encoder",
+        "params": params,
+        "layers": layers,
+        "hidden": h,
+        "heads": heads,
+        "kv_heads": heads,
+        "ffn": ffn,
+        "vocab": vocab,
+        "max_seq_len": max_seq_len if max_seq_len > 0 else None,
+        "mlp": _plain_mlp(act),
+        "tied_embeddings": tied,
+        "dropout": _dropout(c, {"attention_probs_dropout_prob": 0.1, "hidden_dropout_prob": 0.1}),
+        "softmax_fp32": False,
+    }
+
+
+def _t5(c: _Config, model_type: str) -> dict[str, Any]:
+    """T5ForConditionalGeneration and MT5ForConditionalGeneration."""
+    d = c.get_int("d_model")
+    layers = c.get_int("num_layers")
+    heads = c.get_int("num_heads")
+    d_kv = c.get_int("d_kv")
+    ff = c.get_int("d_ff")
+    vocab = c.get_int("vocab_size")
+    dec_layers = c.get_int("num_decoder_layers", layers)
+    buckets = c.get_int("relative_attention_num_buckets", 32)
+    tied = c.get_bool("tie_word_embeddings", model_type == "t5")
+    proj = c.get_str("feed_forward_proj", "gated-gelu" if model_type == "mt5" else "relu")
+    parts = proj.split("-")
+    gated = parts[0] == "gated"
+    if (len(parts) > 1 and not gated) or len(parts) > 2:
+        raise DataFileError(
+            f"{c.origin}: key 'feed_forward_proj' {proj!r} is not valid; expected 'ACT' or 'gated-ACT'"
+        )
+    act = parts[-1]
+
+    inner = heads * d_kv
+    attention = 4 * d * inner  # q, k, v, o; no biases
+    ff_params = (3 if gated else 2) * d * ff  # wi (or wi_0, wi_1) and wo
+    encoder = layers * (attention + ff_params + 2 * d) + buckets * heads + d
+    decoder = dec_layers * (2 * attention + ff_params + 3 * d) + buckets * heads + d
+    params = vocab * d + encoder + decoder + (0 if tied else vocab * d)
+    positions = c.doc.get("n_positions")
+    return {
+        "kind": "encoder-decoder",
+        "params": params,
+        "layers": layers,
+        "decoder_layers": dec_layers,
+        "hidden": d,
+        "heads": heads,
+        "kv_heads": heads,
+        "head_dim": d_kv if inner != d else None,
+        "ffn": ff,
+        "vocab": vocab,
+        # relative positions: n_positions, where given, is the pre-training length
+        "max_seq_len": c.get_int("n_positions") if positions is not None else None,
+        "mlp": _gated_mlp(act) if gated else _plain_mlp(act),
+        "tied_embeddings": tied,
+        "dropout": _dropout(c, {"dropout_rate": 0.1}),
+        "softmax_fp32": True,
+    }
+
+
+_FAMILIES: dict[str, Callable[[_Config, str], dict[str, Any]]] = {
+    "bert": _bert_like,
+    "gpt2": _gpt2,
+    "gpt_neox": _gpt_neox,
+    "llama": _llama_like,
+    "mistral": _llama_like,
+    "mixtral": _llama_like,
+    "mt5": _t5,
+    "qwen2": _llama_like,
+    "roberta": _bert_like,
+    "t5": _t5,
+}
+
+
+# ----------------------------------------------------------------------------- naming
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9._-]+", "-", text.lower()).strip("-._")
+
+
+def _label_from_origin(origin: str) -> str:
+    path: PurePath = PureWindowsPath(origin) if "\\" in origin else PurePosixPath(origin)
+    for part in reversed(path.parts):
+        if part.startswith("models--"):  # Hugging Face cache: models--org--name/snapshots/<sha>/config.json
+            return part.split("--")[-1]
+    stem = path.name[: -len(".json")] if path.name.lower().endswith(".json") else path.name
+    if stem.lower() in ("config", ""):
+        return path.parent.name  # "" when there is no folder: the caller falls back to model_type
+    return stem
+
+
+def _naming(c: _Config, model_type: str) -> tuple[str, str]:
+    raw = c.doc.get("_name_or_path")
+    label = ""
+    name = ""
+    if isinstance(raw, str) and raw.strip():
+        raw = raw.strip().rstrip("/\\")
+        hub_id = not raw.startswith(("/", ".", "~")) and raw.count("/") <= 1 and "\\" not in raw and ":" not in raw
+        label = re.split(r"[/\\]", raw)[-1]
+        name = raw if hub_id else label
+    if not _slug(label):
+        label = _label_from_origin(c.origin)
+        name = label
+    slug = _slug(label) or _slug(model_type)
+    return slug, name or slug
+
+
+# ----------------------------------------------------------------------------- entry point
+
+
+def model_from_hf_config(doc: dict, origin: str) -> Model:
+    """A zoo :class:`Model` from a parsed Hugging Face ``config.json``.
+
+    ``origin`` names the file in error messages and in the model's source. An
+    unsupported ``model_type``, a missing or mistyped key, or a shape the zoo
+    rejects raises :class:`DataFileError` (exit code 3) with one line that
+    starts with ``origin``. See the module docstring for which transformers
+    class's parameter count ``params`` reproduces for each family.
+    """
+    if not isinstance(doc, dict):
+        raise DataFileError(f"{origin}: expected a JSON object (the contents of config.json), got {type(doc).__name__}")
+    c = _Config(doc, origin)
+    model_type = c.get_str("model_type")
+    family = _FAMILIES.get(model_type)
+    if family is None:
+        raise DataFileError(
+            f"{origin}: model_type {model_type!r} is not supported; supported: {', '.join(SUPPORTED_MODEL_TYPES)}"
+        )
+    fields = family(c, model_type)
+    model_id, name = _naming(c, model_type)
+    fields.update(
+        id=model_id,
+        name=name,
+        sources=[{"title": f"Hugging Face config.json: {origin}"}],
+        notes=f"params = sum of parameter sizes of transformers' {HF_CLASS[model_type]}, derived from config.json",
+    )
+    try:
+        return Model.model_validate(fields)
+    except ValidationError as exc:
+        message = datafiles.describe_validation_error(exc, origin, model_id)
+        raise DataFileError(message.splitlines()[0]) from None

@@ -1,0 +1,771 @@
+"""gpusizer.hfconfig: zoo models from Hugging Face config.json files.
+
+The configs below are the real config.json contents of the named Hugging Face
+repositories, written inline (no network). Each expected parameter count is the
+exact ``sum(p.numel() for p in model.parameters())`` of the transformers class
+named in gpusizer.hfconfig's docstring; the comment beside each count says where
+that exact figure is published. Most configs come from published copies of the
+hub files; t5-v1_1-base's agrees with the T5Config that transformers prints
+when loading it (which adds derived keys such as is_gated_act).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gpusizer.errors import DataFileError, ExitCode
+from gpusizer.hfconfig import SUPPORTED_MODEL_TYPES, model_from_hf_config
+from gpusizer.zoo import Zoo, load_zoo
+
+# ----------------------------------------------------------------------------- configs
+
+LLAMA_2_7B = json.loads("""{
+  "_name_or_path": "meta-llama/Llama-2-7b-hf",
+  "architectures": ["LlamaForCausalLM"],
+  "bos_token_id": 1,
+  "eos_token_id": 2,
+  "hidden_act": "silu",
+  "hidden_size": 4096,
+  "initializer_range": 0.02,
+  "intermediate_size": 11008,
+  "max_position_embeddings": 4096,
+  "model_type": "llama",
+  "num_attention_heads": 32,
+  "num_hidden_layers": 32,
+  "num_key_value_heads": 32,
+  "pretraining_tp": 1,
+  "rms_norm_eps": 1e-05,
+  "rope_scaling": null,
+  "tie_word_embeddings": false,
+  "torch_dtype": "float16",
+  "transformers_version": "4.31.0.dev0",
+  "use_cache": true,
+  "vocab_size": 32000
+}""")
+
+LLAMA_2_13B = json.loads("""{
+  "_name_or_path": "meta-llama/Llama-2-13b-hf",
+  "architectures": ["LlamaForCausalLM"],
+  "bos_token_id": 1,
+  "eos_token_id": 2,
+  "hidden_act": "silu",
+  "hidden_size": 5120,
+  "initializer_range": 0.02,
+  "intermediate_size": 13824,
+  "max_position_embeddings": 4096,
+  "model_type": "llama",
+  "num_attention_heads": 40,
+  "num_hidden_layers": 40,
+  "num_key_value_heads": 40,
+  "pretraining_tp": 1,
+  "rms_norm_eps": 1e-05,
+  "rope_scaling": null,
+  "tie_word_embeddings": false,
+  "torch_dtype": "float16",
+  "transformers_version": "4.32.0.dev0",
+  "use_cache": true,
+  "vocab_size": 32000
+}""")
+
+LLAMA_2_70B = json.loads("""{
+  "_name_or_path": "meta-llama/Llama-2-70b-hf",
+  "architectures": ["LlamaForCausalLM"],
+  "bos_token_id": 1,
+  "eos_token_id": 2,
+  "hidden_act": "silu",
+  "hidden_size": 8192,
+  "initializer_range": 0.02,
+  "intermediate_size": 28672,
+  "max_position_embeddings": 4096,
+  "model_type": "llama",
+  "num_attention_heads": 64,
+  "num_hidden_layers": 80,
+  "num_key_value_heads": 8,
+  "pretraining_tp": 1,
+  "rms_norm_eps": 1e-05,
+  "rope_scaling": null,
+  "tie_word_embeddings": false,
+  "torch_dtype": "float16",
+  "transformers_version": "4.32.0.dev0",
+  "use_cache": true,
+  "vocab_size": 32000
+}""")
+
+LLAMA_3_8B = json.loads("""{
+  "architectures": ["LlamaForCausalLM"],
+  "attention_bias": false,
+  "attention_dropout": 0.0,
+  "bos_token_id": 128000,
+  "eos_token_id": 128001,
+  "hidden_act": "silu",
+  "hidden_size": 4096,
+  "initializer_range": 0.02,
+  "intermediate_size": 14336,
+  "max_position_embeddings": 8192,
+  "model_type": "llama",
+  "num_attention_heads": 32,
+  "num_hidden_layers": 32,
+  "num_key_value_heads": 8,
+  "pretraining_tp": 1,
+  "rms_norm_eps": 1e-05,
+  "rope_scaling": null,
+  "rope_theta": 500000.0,
+  "tie_word_embeddings": false,
+  "torch_dtype": "bfloat16",
+  "transformers_version": "4.40.0.dev0",
+  "use_cache": true,
+  "vocab_size": 128256
+}""")
+
+MISTRAL_7B = json.loads("""{
+  "architectures": ["MistralForCausalLM"],
+  "bos_token_id": 1,
+  "eos_token_id": 2,
+  "hidden_act": "silu",
+  "hidden_size": 4096,
+  "initializer_range": 0.02,
+  "intermediate_size": 14336,
+  "max_position_embeddings": 32768,
+  "model_type": "mistral",
+  "num_attention_heads": 32,
+  "num_hidden_layers": 32,
+  "num_key_value_heads": 8,
+  "rms_norm_eps": 1e-05,
+  "rope_theta": 10000.0,
+  "sliding_window": 4096,
+  "tie_word_embeddings": false,
+  "torch_dtype": "bfloat16",
+  "transformers_version": "4.34.0.dev0",
+  "use_cache": true,
+  "vocab_size": 32000
+}""")
+
+MIXTRAL_8X7B = json.loads("""{
+  "architectures": ["MixtralForCausalLM"],
+  "attention_dropout": 0.0,
+  "bos_token_id": 1,
+  "eos_token_id": 2,
+  "hidden_act": "silu",
+  "hidden_size": 4096,
+  "initializer_range": 0.02,
+  "intermediate_size": 14336,
+  "max_position_embeddings": 32768,
+  "model_type": "mixtral",
+  "num_attention_heads": 32,
+  "num_experts_per_tok": 2,
+  "num_hidden_layers": 32,
+  "num_key_value_heads": 8,
+  "num_local_experts": 8,
+  "output_router_logits": false,
+  "rms_norm_eps": 1e-05,
+  "rope_theta": 1000000.0,
+  "router_aux_loss_coef": 0.02,
+  "sliding_window": null,
+  "tie_word_embeddings": false,
+  "torch_dtype": "bfloat16",
+  "transformers_version": "4.36.0.dev0",
+  "use_cache": true,
+  "vocab_size": 32000
+}""")
+
+QWEN2_7B = json.loads("""{
+  "architectures": ["Qwen2ForCausalLM"],
+  "attention_dropout": 0.0,
+  "bos_token_id": 151643,
+  "eos_token_id": 151643,
+  "hidden_act": "silu",
+  "hidden_size": 3584,
+  "initializer_range": 0.02,
+  "intermediate_size": 18944,
+  "max_position_embeddings": 131072,
+  "max_window_layers": 28,
+  "model_type": "qwen2",
+  "num_attention_heads": 28,
+  "num_hidden_layers": 28,
+  "num_key_value_heads": 4,
+  "rms_norm_eps": 1e-06,
+  "rope_theta": 1000000.0,
+  "sliding_window": 131072,
+  "tie_word_embeddings": false,
+  "torch_dtype": "bfloat16",
+  "transformers_version": "4.37.2",
+  "use_cache": true,
+  "use_sliding_window": false,
+  "vocab_size": 152064
+}""")
+
+GPT2 = json.loads("""{
+  "activation_function": "gelu_new",
+  "architectures": ["GPT2LMHeadModel"],
+  "attn_pdrop": 0.1,
+  "bos_token_id": 50256,
+  "embd_pdrop": 0.1,
+  "eos_token_id": 50256,
+  "initializer_range": 0.02,
+  "layer_norm_epsilon": 1e-05,
+  "model_type": "gpt2",
+  "n_ctx": 1024,
+  "n_embd": 768,
+  "n_head": 12,
+  "n_layer": 12,
+  "n_positions": 1024,
+  "resid_pdrop": 0.1,
+  "summary_activation": null,
+  "summary_first_dropout": 0.1,
+  "summary_proj_to_labels": true,
+  "summary_type": "cls_index",
+  "summary_use_proj": true,
+  "task_specific_params": {"text-generation": {"do_sample": true, "max_length": 50}},
+  "vocab_size": 50257
+}""")
+
+GPT2_XL = json.loads("""{
+  "activation_function": "gelu_new",
+  "architectures": ["GPT2LMHeadModel"],
+  "attn_pdrop": 0.1,
+  "bos_token_id": 50256,
+  "embd_pdrop": 0.1,
+  "eos_token_id": 50256,
+  "initializer_range": 0.02,
+  "layer_norm_epsilon": 1e-05,
+  "model_type": "gpt2",
+  "n_ctx": 1024,
+  "n_embd": 1600,
+  "n_head": 25,
+  "n_layer": 48,
+  "n_positions": 1024,
+  "output_past": true,
+  "resid_pdrop": 0.1,
+  "summary_activation": null,
+  "summary_first_dropout": 0.1,
+  "summary_proj_to_labels": true,
+  "summary_type": "cls_index",
+  "summary_use_proj": true,
+  "task_specific_params": {"text-generation": {"do_sample": true, "max_length": 50}},
+  "vocab_size": 50257
+}""")
+
+PYTHIA_1B = json.loads("""{
+  "architectures": ["GPTNeoXForCausalLM"],
+  "bos_token_id": 0,
+  "eos_token_id": 0,
+  "hidden_act": "gelu",
+  "hidden_size": 2048,
+  "initializer_range": 0.02,
+  "intermediate_size": 8192,
+  "layer_norm_eps": 1e-05,
+  "max_position_embeddings": 2048,
+  "model_type": "gpt_neox",
+  "num_attention_heads": 8,
+  "num_hidden_layers": 16,
+  "rotary_emb_base": 10000,
+  "rotary_pct": 0.25,
+  "tie_word_embeddings": false,
+  "torch_dtype": "float16",
+  "transformers_version": "4.24.0",
+  "use_cache": true,
+  "use_parallel_residual": true,
+  "vocab_size": 50304
+}""")
+
+BERT_BASE_UNCASED = json.loads("""{
+  "architectures": ["BertForMaskedLM"],
+  "attention_probs_dropout_prob": 0.1,
+  "gradient_checkpointing": false,
+  "hidden_act": "gelu",
+  "hidden_dropout_prob": 0.1,
+  "hidden_size": 768,
+  "initializer_range": 0.02,
+  "intermediate_size": 3072,
+  "layer_norm_eps": 1e-12,
+  "max_position_embeddings": 512,
+  "model_type": "bert",
+  "num_attention_heads": 12,
+  "num_hidden_layers": 12,
+  "pad_token_id": 0,
+  "position_embedding_type": "absolute",
+  "transformers_version": "4.6.0.dev0",
+  "type_vocab_size": 2,
+  "use_cache": true,
+  "vocab_size": 30522
+}""")
+
+BERT_LARGE_UNCASED = json.loads("""{
+  "architectures": ["BertForMaskedLM"],
+  "attention_probs_dropout_prob": 0.1,
+  "gradient_checkpointing": false,
+  "hidden_act": "gelu",
+  "hidden_dropout_prob": 0.1,
+  "hidden_size": 1024,
+  "initializer_range": 0.02,
+  "intermediate_size": 4096,
+  "layer_norm_eps": 1e-12,
+  "max_position_embeddings": 512,
+  "model_type": "bert",
+  "num_attention_heads": 16,
+  "num_hidden_layers": 24,
+  "pad_token_id": 0,
+  "position_embedding_type": "absolute",
+  "transformers_version": "4.6.0.dev0",
+  "type_vocab_size": 2,
+  "use_cache": true,
+  "vocab_size": 30522
+}""")
+
+ROBERTA_BASE = json.loads("""{
+  "architectures": ["RobertaForMaskedLM"],
+  "attention_probs_dropout_prob": 0.1,
+  "bos_token_id": 0,
+  "eos_token_id": 2,
+  "hidden_act": "gelu",
+  "hidden_dropout_prob": 0.1,
+  "hidden_size": 768,
+  "initializer_range": 0.02,
+  "intermediate_size": 3072,
+  "layer_norm_eps": 1e-05,
+  "max_position_embeddings": 514,
+  "model_type": "roberta",
+  "num_attention_heads": 12,
+  "num_hidden_layers": 12,
+  "pad_token_id": 1,
+  "type_vocab_size": 1,
+  "vocab_size": 50265
+}""")
+
+_T5_TASKS = """{
+    "summarization": {
+      "early_stopping": true, "length_penalty": 2.0, "max_length": 200, "min_length": 30,
+      "no_repeat_ngram_size": 3, "num_beams": 4, "prefix": "summarize: "
+    },
+    "translation_en_to_de": {
+      "early_stopping": true, "max_length": 300, "num_beams": 4, "prefix": "translate English to German: "
+    },
+    "translation_en_to_fr": {
+      "early_stopping": true, "max_length": 300, "num_beams": 4, "prefix": "translate English to French: "
+    },
+    "translation_en_to_ro": {
+      "early_stopping": true, "max_length": 300, "num_beams": 4, "prefix": "translate English to Romanian: "
+    }
+  }"""
+
+T5_BASE = json.loads("""{
+  "architectures": ["T5ForConditionalGeneration"],
+  "d_ff": 3072,
+  "d_kv": 64,
+  "d_model": 768,
+  "decoder_start_token_id": 0,
+  "dropout_rate": 0.1,
+  "eos_token_id": 1,
+  "initializer_factor": 1.0,
+  "is_encoder_decoder": true,
+  "layer_norm_epsilon": 1e-06,
+  "model_type": "t5",
+  "n_positions": 512,
+  "num_heads": 12,
+  "num_layers": 12,
+  "output_past": true,
+  "pad_token_id": 0,
+  "relative_attention_num_buckets": 32,
+  "task_specific_params": %s,
+  "vocab_size": 32128
+}""" % _T5_TASKS)
+
+T5_V1_1_BASE = json.loads("""{
+  "architectures": ["T5ForConditionalGeneration"],
+  "d_ff": 2048,
+  "d_kv": 64,
+  "d_model": 768,
+  "decoder_start_token_id": 0,
+  "dropout_rate": 0.1,
+  "eos_token_id": 1,
+  "feed_forward_proj": "gated-gelu",
+  "initializer_factor": 1.0,
+  "is_encoder_decoder": true,
+  "layer_norm_epsilon": 1e-06,
+  "model_type": "t5",
+  "num_decoder_layers": 12,
+  "num_heads": 12,
+  "num_layers": 12,
+  "output_past": true,
+  "pad_token_id": 0,
+  "relative_attention_num_buckets": 32,
+  "tie_word_embeddings": false,
+  "vocab_size": 32128
+}""")
+
+MT5_SMALL = json.loads("""{
+  "_name_or_path": "google/mt5-small",
+  "architectures": ["MT5ForConditionalGeneration"],
+  "d_ff": 1024,
+  "d_kv": 64,
+  "d_model": 512,
+  "decoder_start_token_id": 0,
+  "dropout_rate": 0.1,
+  "eos_token_id": 1,
+  "feed_forward_proj": "gated-gelu",
+  "initializer_factor": 1.0,
+  "is_encoder_decoder": true,
+  "layer_norm_epsilon": 1e-06,
+  "model_type": "mt5",
+  "num_decoder_layers": 8,
+  "num_heads": 6,
+  "num_layers": 8,
+  "pad_token_id": 0,
+  "relative_attention_num_buckets": 32,
+  "tie_word_embeddings": false,
+  "tokenizer_class": "T5Tokenizer",
+  "transformers_version": "4.5.0",
+  "use_cache": true,
+  "vocab_size": 250112
+}""")
+
+# (Hugging Face repository, config, exact parameter count). Every count was also
+# reproduced by building the transformers 4.46.3 class on the meta device. Where
+# the count is published:
+CASES = [
+    # KerasHub Llama preset metadata "params": 6738415616; PEFT's print_trainable_parameters
+    # shows "all params: 6738415616" for huggyllama/llama-7b (same shape).
+    ("meta-llama/Llama-2-7b-hf", LLAMA_2_7B, 6_738_415_616),
+    # AutoModelForCausalLM(...).num_parameters() lists 13015864320; the hub's safetensors
+    # total, 13,015,866,880, also counts 40 x 64 rotary inv_freq buffers (not parameters).
+    ("meta-llama/Llama-2-13b-hf", LLAMA_2_13B, 13_015_864_320),
+    # Fine-tuning parameter table: "togethercomputer/llama-2-70b": 68976648192; the hub's
+    # safetensors total, 68,976,653,312, also counts 80 x 64 inv_freq buffers.
+    ("meta-llama/Llama-2-70b-hf", LLAMA_2_70B, 68_976_648_192),
+    # Ollama `show` for llama3 8B: general.parameter_count 8030261248 ("8.0B"); the hub's
+    # safetensors total for meta-llama/Llama-3.1-8B (same shape) is 8030261248.
+    ("meta-llama/Meta-Llama-3-8B", LLAMA_3_8B, 8_030_261_248),
+    # Ollama `show` for mistral 7B: general.parameter_count 7241732096 (Mistral's "7.3B").
+    ("mistralai/Mistral-7B-v0.1", MISTRAL_7B, 7_241_732_096),
+    # KerasHub Mixtral preset metadata "params": 46702792704; an FSDP training log prints
+    # "Created model with total parameters: 46702792704 (46.70 B)".
+    ("mistralai/Mixtral-8x7B-v0.1", MIXTRAL_8X7B, 46_702_792_704),
+    # Ollama `show` for qwen2 7B (context_length 131072): general.parameter_count
+    # 7615616512; the Qwen2.5-7B model card (same shape) gives 7.61B, 6.53B non-embedding.
+    ("Qwen/Qwen2-7B", QWEN2_7B, 7_615_616_512),
+    # hiq's print_model of GPT2LMHeadModel: "<all params:124439808>".
+    ("openai-community/gpt2", GPT2, 124_439_808),
+    # KerasHub gpt2_extra_large_en "params": 1557611200; a public notebook prints
+    # format(get_params(AutoModel.from_pretrained('gpt2-xl'))) as 1,557,611,200.
+    ("openai-community/gpt2-xl", GPT2_XL, 1_557_611_200),
+    # Printed for the Pythia suite: "With GPTNeoXForCausalLM, with_embed_size_to_params =
+    # {..., '1b': 1011781632, ...}".
+    ("EleutherAI/pythia-1b", PYTHIA_1B, 1_011_781_632),
+    # "AutoModelForMaskedLM.from_pretrained('bert-base-uncased') | Architectures:
+    # BertForMaskedLM | trainable_params: 109514298".
+    ("google-bert/bert-base-uncased", BERT_BASE_UNCASED, 109_514_298),
+    # BertModel with pooler is 335,141,888 (KerasHub bert_large_en_uncased "params"; a test
+    # asserting BertModel.from_pretrained("bert-large-uncased") has 335141888);
+    # BertForMaskedLM = that - pooler 1,049,600 + transform 1,049,600 + LayerNorm 2,048
+    # + decoder bias 30,522.
+    ("google-bert/bert-large-uncased", BERT_LARGE_UNCASED, 335_174_458),
+    # The hub's safetensors metadata for roberta-base, {F32: 124697433, I64: 514} (the I64
+    # tensor is the position_ids buffer), in huggingface.js's tests.
+    ("FacebookAI/roberta-base", ROBERTA_BASE, 124_697_433),
+    # KerasHub t5_base preset "params": 222903552; adapter code uses
+    # orig_param_size = 222903552 for "t5-base".
+    ("google-t5/t5-base", T5_BASE, 222_903_552),
+    # KerasHub t5_1.1_base preset "params": 247577856; flan-t5-base (same shape) prints
+    # "all model parameters: 247577856"; nanoT5's README lists base 247577856. (transformers
+    # 5.x forces T5 to tie lm_head and would count 222,903,552; the checkpoint holds its own
+    # lm_head.)
+    ("google/t5-v1_1-base", T5_V1_1_BASE, 247_577_856),
+    # lm-vocab-trimmer's tables: mt5-small {"embedding": 256114688, "full": 300176768}.
+    ("google/mt5-small", MT5_SMALL, 300_176_768),
+]
+
+
+def _derive(repo: str, doc: dict):
+    return model_from_hf_config(doc, f"{repo}/config.json")
+
+
+@pytest.mark.parametrize(("repo", "doc", "params"), CASES, ids=[c[0] for c in CASES])
+def test_params_match_the_published_exact_count(repo, doc, params):
+    assert _derive(repo, doc).params == params
+
+
+def test_mixtral_total_and_active_parameters():
+    m = _derive("mistralai/Mixtral-8x7B-v0.1", MIXTRAL_8X7B)
+    # total: KerasHub mixtral_8_7b_en "params": 46702792704; active: 2 of 8 experts per
+    # layer, 46,702,792,704 - 32 x 6 x 176,160,768 = 12,879,925,248 (Mistral: "12.9B").
+    assert (m.params, m.active_params) == (46_702_792_704, 12_879_925_248)
+    assert (m.experts, m.experts_per_token, m.ffn) == (8, 2, 14336)
+
+
+def test_dense_models_have_no_active_params_or_experts():
+    for repo, doc, _ in CASES:
+        if doc["model_type"] != "mixtral":
+            m = _derive(repo, doc)
+            assert (m.active_params, m.experts, m.experts_per_token) == (None, None, None), repo
+
+
+# ----------------------------------------------------------------------------- against the zoo
+
+ZOO_IDS = {
+    "meta-llama/Llama-2-7b-hf": "llama-2-7b",
+    "meta-llama/Llama-2-13b-hf": "llama-2-13b",
+    "meta-llama/Llama-2-70b-hf": "llama-2-70b",
+    "meta-llama/Meta-Llama-3-8B": "llama-3-8b",
+    "mistralai/Mistral-7B-v0.1": "mistral-7b",
+    "mistralai/Mixtral-8x7B-v0.1": "mixtral-8x7b",
+    "openai-community/gpt2": "gpt2",
+    "openai-community/gpt2-xl": "gpt2-xl",
+    "google-bert/bert-base-uncased": "bert-base",
+    "google-bert/bert-large-uncased": "bert-large",
+    "google-t5/t5-base": "t5-base",
+}
+SHAPE_FIELDS = (
+    "kind", "layers", "decoder_layers", "hidden", "heads", "kv_heads", "head_dim", "ffn", "vocab",
+    "max_seq_len", "mlp", "experts", "experts_per_token", "tied_embeddings", "dropout", "softmax_fp32",
+    "active_params",
+)
+ZOO_CASES = [c for c in CASES if c[0] in ZOO_IDS]
+
+
+@pytest.mark.parametrize(("repo", "doc", "params"), ZOO_CASES, ids=[c[0] for c in ZOO_CASES])
+def test_derived_model_matches_the_zoo_entry(repo, doc, params):
+    zoo = load_zoo().resolve(ZOO_IDS[repo])
+    derived = _derive(repo, doc)
+    assert {f: getattr(derived, f) for f in SHAPE_FIELDS} == {f: getattr(zoo, f) for f in SHAPE_FIELDS}
+    if doc["model_type"] == "bert":
+        # The zoo counts BertModel with its pooler; BertForMaskedLM drops the pooler
+        # (h x h + h) and adds a transform of the same size, its LayerNorm (2h) and
+        # the decoder bias (vocab), so the two differ by exactly 2h + vocab.
+        assert derived.params - zoo.params == 2 * zoo.hidden + zoo.vocab
+    else:
+        assert derived.params == zoo.params
+
+
+def test_zoo_bert_counts_are_bertmodel_with_pooler():
+    # BertModel (pooler included): KerasHub bert_large_en_uncased "params": 335141888;
+    # bert-base 109,482,240 is the same formula.
+    zoo = load_zoo()
+    assert zoo.resolve("bert-base").params == 109_482_240
+    assert zoo.resolve("bert-large").params == 335_141_888
+
+
+# ----------------------------------------------------------------------------- fields
+
+
+def test_llama_2_7b_fields():
+    m = _derive("meta-llama/Llama-2-7b-hf", LLAMA_2_7B)
+    assert (m.id, m.name, m.kind) == ("llama-2-7b-hf", "meta-llama/Llama-2-7b-hf", "decoder")
+    assert (m.layers, m.hidden, m.heads, m.kv_heads, m.head_dim, m.ffn) == (32, 4096, 32, 32, None, 11008)
+    assert (m.vocab, m.max_seq_len, m.mlp) == (32000, 4096, "swiglu")
+    assert (m.tied_embeddings, m.dropout, m.softmax_fp32) == (False, False, True)
+    assert [s.title for s in m.sources] == ["Hugging Face config.json: meta-llama/Llama-2-7b-hf/config.json"]
+
+
+def test_llama_2_70b_grouped_query_attention():
+    m = _derive("meta-llama/Llama-2-70b-hf", LLAMA_2_70B)
+    assert (m.heads, m.kv_heads, m.head_dim, m.attention_head_dim) == (64, 8, None, 128)
+
+
+def test_qwen2_is_llama_with_qkv_biases():
+    m = _derive("Qwen/Qwen2-7B", QWEN2_7B)
+    as_llama = model_from_hf_config({**QWEN2_7B, "model_type": "llama"}, "q.json")
+    # q (28 x 128), k and v (4 x 128 each) biases in each of 28 layers
+    assert m.params - as_llama.params == 28 * (3584 + 2 * 512)
+    assert (m.kv_heads, m.mlp, m.softmax_fp32, m.max_seq_len) == (4, "swiglu", True, 131072)
+
+
+def test_gpt2_fields():
+    m = _derive("openai-community/gpt2", GPT2)
+    assert (m.kind, m.ffn, m.max_seq_len, m.mlp, m.tied_embeddings) == ("decoder", 3072, 1024, "gelu", True)
+    assert (m.dropout, m.softmax_fp32, m.kv_heads) == (True, False, 12)
+
+
+def test_gpt2_xl_head_dim_is_implied():
+    m = _derive("openai-community/gpt2-xl", GPT2_XL)
+    assert (m.heads, m.head_dim, m.attention_head_dim, m.ffn) == (25, None, 64, 6400)
+
+
+def test_gpt2_untied_head_and_n_inner():
+    untied = model_from_hf_config({**GPT2, "tie_word_embeddings": False}, "g.json")
+    assert untied.params == 124_439_808 + 50257 * 768
+    assert untied.tied_embeddings is False
+    inner = model_from_hf_config({**GPT2, "n_inner": 1024}, "g.json")
+    assert inner.ffn == 1024
+    assert inner.params == 124_439_808 - 12 * 2 * 768 * 2048 - 12 * 2048
+
+
+def test_gpt_neox_fields():
+    m = _derive("EleutherAI/pythia-1b", PYTHIA_1B)
+    assert (m.kind, m.layers, m.hidden, m.heads, m.kv_heads, m.ffn) == ("decoder", 16, 2048, 8, 8, 8192)
+    assert (m.vocab, m.max_seq_len, m.mlp, m.tied_embeddings) == (50304, 2048, "gelu", False)
+    assert (m.dropout, m.softmax_fp32) == (False, True)
+    no_bias = model_from_hf_config({**PYTHIA_1B, "attention_bias": False}, "p.json")
+    assert m.params - no_bias.params == 16 * 4 * 2048
+
+
+def test_bert_fields():
+    m = _derive("google-bert/bert-base-uncased", BERT_BASE_UNCASED)
+    assert (m.kind, m.max_seq_len, m.mlp, m.tied_embeddings, m.dropout, m.softmax_fp32) == (
+        "encoder", 512, "gelu", True, True, False,
+    )
+    untied = model_from_hf_config({**BERT_BASE_UNCASED, "tie_word_embeddings": False}, "b.json")
+    assert untied.params - m.params == 30522 * 768
+
+
+def test_roberta_fields():
+    m = _derive("FacebookAI/roberta-base", ROBERTA_BASE)
+    # 514 position rows, numbered from padding_idx + 1 = 2: 512 usable positions
+    assert (m.kind, m.vocab, m.max_seq_len, m.softmax_fp32, m.dropout) == ("encoder", 50265, 512, False, True)
+
+
+def test_t5_fields():
+    m = _derive("google-t5/t5-base", T5_BASE)
+    assert (m.kind, m.layers, m.decoder_layers, m.hidden, m.heads, m.ffn) == ("encoder-decoder", 12, 12, 768, 12, 3072)
+    assert (m.mlp, m.tied_embeddings, m.dropout, m.softmax_fp32, m.max_seq_len) == ("relu", True, True, True, 512)
+
+
+def test_t5_v1_1_gated_gelu_untied():
+    m = _derive("google/t5-v1_1-base", T5_V1_1_BASE)
+    assert (m.mlp, m.tied_embeddings, m.ffn, m.max_seq_len, m.head_dim) == ("geglu", False, 2048, None, None)
+
+
+def test_mt5_head_dim_differs_from_width_over_heads():
+    m = _derive("google/mt5-small", MT5_SMALL)
+    assert (m.hidden, m.heads, m.head_dim, m.mlp, m.tied_embeddings) == (512, 6, 64, "geglu", False)
+    assert (m.layers, m.decoder_layers, m.id, m.name) == (8, 8, "mt5-small", "google/mt5-small")
+
+
+def test_t5_decoder_layers_default_to_encoder_layers():
+    m = model_from_hf_config({**T5_BASE, "num_layers": 6}, "t.json")
+    assert (m.layers, m.decoder_layers) == (6, 6)
+    m = model_from_hf_config({**T5_BASE, "num_layers": 6, "num_decoder_layers": 2}, "t.json")
+    assert (m.layers, m.decoder_layers) == (6, 2)
+
+
+def test_llama_biases_tied_head_and_explicit_head_dim():
+    base = model_from_hf_config(LLAMA_2_7B, "l.json")
+    biased = model_from_hf_config({**LLAMA_2_7B, "attention_bias": True, "mlp_bias": True}, "l.json")
+    assert biased.params - base.params == 32 * (4 * 4096 + 2 * 11008 + 4096)
+    tied = model_from_hf_config({**LLAMA_2_7B, "tie_word_embeddings": True}, "l.json")
+    assert (base.params - tied.params, tied.tied_embeddings) == (32000 * 4096, True)
+    # Mistral-Nemo style: head_dim 128 with hidden 5120 / 32 heads = 160
+    nemo = model_from_hf_config({**MISTRAL_7B, "hidden_size": 5120, "head_dim": 128}, "n.json")
+    assert (nemo.head_dim, nemo.attention_head_dim) == (128, 128)
+    same = model_from_hf_config({**MISTRAL_7B, "head_dim": 128}, "m.json")
+    assert same.head_dim is None
+
+
+def test_dropout_follows_the_probabilities():
+    assert model_from_hf_config({**LLAMA_2_7B, "attention_dropout": 0.1}, "l.json").dropout is True
+    quiet = {**GPT2, "attn_pdrop": 0.0, "resid_pdrop": 0.0, "embd_pdrop": 0.0}
+    assert model_from_hf_config(quiet, "g.json").dropout is False
+    assert model_from_hf_config({**T5_BASE, "dropout_rate": 0.0}, "t.json").dropout is False
+    assert model_from_hf_config({**PYTHIA_1B, "hidden_dropout": 0.1}, "p.json").dropout is True
+
+
+def test_every_supported_model_type_is_covered_here():
+    assert set(SUPPORTED_MODEL_TYPES) == {doc["model_type"] for _, doc, _ in CASES}
+
+
+def test_derived_models_can_join_a_zoo():
+    zoo = Zoo(models=tuple(_derive(repo, doc) for repo, doc, _ in CASES))
+    assert zoo.resolve("meta-llama/Llama-2-70b-hf").kv_heads == 8
+
+
+# ----------------------------------------------------------------------------- ids
+
+
+@pytest.mark.parametrize(
+    ("doc", "origin", "expected_id"),
+    [
+        (LLAMA_3_8B, "/models/Meta-Llama-3-8B/config.json", "meta-llama-3-8b"),
+        (MISTRAL_7B, "mistral 7B v0.1.json", "mistral-7b-v0.1"),
+        (
+            MIXTRAL_8X7B,
+            "/root/.cache/huggingface/hub/models--mistralai--Mixtral-8x7B-v0.1/snapshots/abc123/config.json",
+            "mixtral-8x7b-v0.1",
+        ),
+        (MIXTRAL_8X7B, "config.json", "mixtral"),
+        ({**QWEN2_7B, "_name_or_path": "/home/me/ckpt/Qwen2-7B/"}, "x/config.json", "qwen2-7b"),
+        (LLAMA_2_7B, "C:\\models\\other\\config.json", "llama-2-7b-hf"),
+    ],
+)
+def test_id_from_name_or_path_or_origin(doc, origin, expected_id):
+    assert model_from_hf_config(doc, origin).id == expected_id
+
+
+# ----------------------------------------------------------------------------- errors
+
+
+def _error(doc, origin="cfg/config.json") -> DataFileError:
+    with pytest.raises(DataFileError) as info:
+        model_from_hf_config(doc, origin)
+    err = info.value
+    assert err.exit_code == ExitCode.DATA == 3
+    assert "\n" not in err.message
+    assert err.message.startswith(f"{origin}: ")
+    return err
+
+
+def test_unknown_model_type():
+    err = _error({**LLAMA_2_7B, "model_type": "falcon"})
+    assert err.message == (
+        "cfg/config.json: model_type 'falcon' is not supported; "
+        "supported: bert, gpt2, gpt_neox, llama, mistral, mixtral, mt5, qwen2, roberta, t5"
+    )
+
+
+@pytest.mark.parametrize(
+    ("doc", "key"),
+    [
+        (LLAMA_2_7B, "hidden_size"),
+        (LLAMA_2_7B, "model_type"),
+        (MIXTRAL_8X7B, "num_local_experts"),
+        (GPT2, "n_embd"),
+        (BERT_BASE_UNCASED, "vocab_size"),
+        (T5_BASE, "d_ff"),
+        (PYTHIA_1B, "intermediate_size"),
+    ],
+)
+def test_missing_key(doc, key):
+    broken = {k: v for k, v in doc.items() if k != key}
+    assert _error(broken).message == f"cfg/config.json: missing key '{key}'"
+
+
+def test_null_required_key_is_missing():
+    assert _error({**LLAMA_2_7B, "hidden_size": None}).message == "cfg/config.json: missing key 'hidden_size'"
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("hidden_size", "4096"),
+        ("hidden_size", 4096.0),
+        ("num_hidden_layers", True),
+        ("num_key_value_heads", [8]),
+        ("tie_word_embeddings", "false"),
+        ("attention_dropout", "0.1"),
+        ("hidden_act", 3),
+        ("model_type", ["llama"]),
+    ],
+)
+def test_wrong_types_name_the_key(key, value):
+    assert f"'{key}'" in _error({**LLAMA_2_7B, key: value}).message
+
+
+@pytest.mark.parametrize(
+    ("doc", "fragment"),
+    [
+        ({**LLAMA_2_7B, "num_hidden_layers": 0}, "'num_hidden_layers' must be at least 1"),
+        ({**LLAMA_2_7B, "attention_dropout": 1.5}, "'attention_dropout' must be between 0 and 1"),
+        ({**LLAMA_2_7B, "num_key_value_heads": 5}, "kv_heads: 5 does not divide heads 32"),
+        ({**GPT2, "n_head": 7}, "'n_embd' (768) is not a multiple of 'n_head' (7)"),
+        ({**MIXTRAL_8X7B, "num_experts_per_tok": 9}, "'num_experts_per_tok' (9) exceeds 'num_local_experts' (8)"),
+        ({**T5_BASE, "feed_forward_proj": "gelu-gated"}, "'feed_forward_proj' 'gelu-gated' is not valid"),
+        ({**BERT_BASE_UNCASED, "position_embedding_type": "relative_key"}, "'relative_key' is not supported"),
+    ],
+)
+def test_bad_values(doc, fragment):
+    assert fragment in _error(doc).message
+
+
+@pytest.mark.parametrize("doc", [[], "llama", None, 3])
+def test_not_a_mapping(doc):
+    assert "expected a JSON object" in _error(doc).message
