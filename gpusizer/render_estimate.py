@@ -1,0 +1,173 @@
+"""Rendering `estimate` results: throughput, a step-time breakdown with the binding
+resource, a scaling curve drawn with bars, and time-to-train and cost.
+
+Everything shown comes from the engine's frozen results (gpusizer.performance);
+``estimate_json`` is the same content for ``--json``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpusizer.render import bar, fmt
+from gpusizer.units import format_bytes, format_count
+
+
+def _rate(value: float, unit: str) -> str:
+    if value >= 100:
+        return f"{value:,.0f} {unit}"
+    if value >= 10:
+        return f"{value:,.1f} {unit}"
+    return f"{value:,.2f} {unit}"
+
+
+def _seconds(s: float) -> str:
+    if s >= 1:
+        return f"{s:,.3f} s"
+    if s >= 1e-3:
+        return f"{s * 1e3:,.2f} ms"
+    return f"{s * 1e6:,.1f} us"
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:,.0f} s"
+    if seconds < 2 * 3600:
+        return f"{seconds / 60:,.1f} min"
+    if seconds < 3 * 86400:
+        return f"{seconds / 3600:,.1f} h"
+    return f"{seconds / 86400:,.1f} days"
+
+
+def estimate_json(
+    est: Any, *, gpu: Any, batch: Any, memory: Any, curve: Any, training: Any, inputs: dict[str, Any],
+) -> dict[str, Any]:
+    """The ``results`` object of ``gpusizer estimate --json``."""
+    out = {
+        "gpu": gpu.id,
+        "gpu_name": gpu.name,
+        "throughput_per_s": est.throughput_per_s,
+        "throughput_unit": est.throughput_unit,
+        "step_time_s": est.step_time_s,
+        "compute_s": est.compute_s,
+        "memory_s": est.memory_s,
+        "comm_s": est.comm_s,
+        "comm_exposed_s": est.comm_exposed_s,
+        "overhead_s": est.overhead_s,
+        "bound": est.bound,
+        "per_gpu_throughput_per_s": est.per_gpu_throughput_per_s,
+        "scaling_efficiency": est.scaling_efficiency,
+        "speedup_vs_1gpu": est.speedup_vs_1gpu,
+        "error_band": est.error_band,
+        "gpus_total": est.gpus_total,
+        "batch_per_gpu": inputs["batch"],
+        "batch_source": batch,
+        "memory": memory,
+        "scaling_curve": [p.model_dump(mode="json") for p in curve],
+        "time_to_train": training.model_dump(mode="json") if training is not None else None,
+        "cost_usd": training.cost_usd if training is not None else None,
+        "estimate": est.model_dump(mode="json"),
+    }
+    return out
+
+
+def summary_table(est: Any, gpu: Any, inputs: dict[str, Any], batch_note: str) -> Any:
+    from rich import box
+    from rich.table import Table
+
+    n = est.gpus_total
+    where = f"{n} x {gpu.id}" if n > 1 else gpu.id
+    if inputs.get("nodes", 1) > 1:
+        where += f" ({inputs['gpus']} per node x {inputs['nodes']} nodes)"
+    table = Table(title=f"Estimate: {inputs['model']} on {where}", title_justify="left", box=box.SIMPLE_HEAD,
+                  show_header=False)
+    table.add_column("what", style="bold")
+    table.add_column("value")
+    band = f" (+/- {est.error_band:.0%}, the model's median held-out error)"
+    table.add_row("throughput", _rate(est.throughput_per_s, est.throughput_unit) + band)
+    if n > 1:
+        table.add_row("per GPU", _rate(est.per_gpu_throughput_per_s, est.throughput_unit))
+    table.add_row("step time", f"{_seconds(est.step_time_s)} per step of {format_count(est.samples_per_step)} "
+                  f"{'tokens' if est.throughput_unit == 'tokens/s' else 'samples'} per replica")
+    table.add_row("batch per GPU", f"{inputs['batch']} ({batch_note})")
+    table.add_row("workload", f"{est.workload}" + (f", {est.phase}" if est.phase else ""))
+    table.add_row("precision", f"{est.compute_precision} at {fmt(est.peak_tflops)} TFLOPS peak ({est.peak_label}); "
+                  f"memory counted as {inputs['memory_precision']}")
+    table.add_row("calibrated", f"{est.compute_efficiency:.0%} of peak compute, {est.memory_efficiency:.0%} of "
+                  f"{fmt(gpu.bandwidth_gb_s)} GB/s")
+    if n > 1:
+        table.add_row("scaling", f"{est.speedup_vs_1gpu:.1f}x the speed of 1 GPU ({est.scaling_efficiency:.0%} "
+                      "efficiency)")
+        if est.interconnect:
+            table.add_row("interconnect", f"{est.interconnect}: {fmt(est.comm_bandwidth_gb_s)} GB/s effective, "
+                          f"{est.transport}")
+    return table
+
+
+def breakdown_table(est: Any) -> Any:
+    """Busy time of each resource in one step; the binding resource is marked."""
+    from rich import box
+    from rich.table import Table
+
+    rows = [
+        ("compute", est.compute_s, f"{est.flops_per_step / 1e12:,.2f} TFLOP"),
+        ("memory", est.memory_s, format_bytes(est.memory_traffic_bytes, binary=False) + " moved"),
+        ("communication", est.comm_exposed_s,
+         (f"{format_bytes(est.comm_bytes, binary=False)} sent; {_seconds(est.comm_s)} in all, "
+          f"{_seconds(max(0.0, est.comm_s - est.comm_exposed_s))} hidden behind compute") if est.comm_s else "none"),
+    ]
+    if est.overhead_s:
+        rows.append(("fixed overhead", est.overhead_s, "kernel launches and synchronisation per layer"))
+    longest = max([t for _, t, _ in rows] + [est.step_time_s]) or 1.0
+    table = Table(title=f"Step time {_seconds(est.step_time_s)}: {est.bound}-bound", title_justify="left",
+                  box=box.SIMPLE_HEAD)
+    table.add_column("resource")
+    table.add_column("time", justify="right")
+    table.add_column("", no_wrap=True)
+    table.add_column("detail")
+    for name, t, detail in rows:
+        label = f"{name} (binding)" if name == est.bound else name
+        table.add_row(label, _seconds(t), bar(t / longest, 30), detail, style="bold" if name == est.bound else None)
+    table.add_row("step", _seconds(est.step_time_s), bar(est.step_time_s / longest, 30), "", style="bold")
+    table.caption = ("Compute and memory overlap (a smooth roofline), so the step is shorter than their sum; "
+                     "only the exposed part of communication is shown.")
+    table.caption_justify = "left"
+    return table
+
+
+def scaling_table(points: Any, unit: str) -> Any:
+    """The scaling curve: speed-up against GPU count, drawn with bars."""
+    from rich import box
+    from rich.table import Table
+
+    best = max((p.speedup_vs_1gpu for p in points), default=1.0) or 1.0
+    top = max((p.gpus_total for p in points), default=1)
+    table = Table(title="Scaling (same batch per GPU)", title_justify="left", box=box.SIMPLE_HEAD)
+    table.add_column("GPUs", justify="right")
+    table.add_column("layout")
+    table.add_column(unit, justify="right")
+    table.add_column("speed-up", justify="right")
+    table.add_column("efficiency", justify="right")
+    table.add_column("speed-up (bar: ideal = " + f"{top}x)", no_wrap=True)
+    for p in points:
+        layout = f"{p.gpus_per_node} x {p.nodes} nodes" if p.nodes > 1 else f"{p.gpus_per_node} in 1 node"
+        table.add_row(str(p.gpus_total), layout, f"{p.throughput_per_s:,.0f}", f"{p.speedup_vs_1gpu:.2f}x",
+                      f"{p.scaling_efficiency:.0%}", bar(p.speedup_vs_1gpu / max(best, top), 40))
+    return table
+
+
+def training_table(tt: Any) -> Any:
+    from rich import box
+    from rich.table import Table
+
+    table = Table(title="Time to train", title_justify="left", box=box.SIMPLE_HEAD, show_header=False)
+    table.add_column("what", style="bold")
+    table.add_column("value")
+    table.add_row("work", f"{format_count(tt.work_amount)} {tt.work_unit}")
+    table.add_row("wall time", _duration(tt.seconds))
+    table.add_row("GPU-hours", f"{tt.gpu_hours:,.1f}")
+    if tt.cost_usd is not None:
+        table.add_row("cost", f"${tt.cost_usd:,.2f} at ${tt.price_per_gpu_hour_usd:,.2f} per GPU-hour")
+    else:
+        table.add_row("cost", "unknown: give --price-per-hour (the catalog has purchase prices, not hourly ones)")
+    return table
