@@ -493,3 +493,8 @@ def probe_cmd(
 def main() -> None:
     """Console-script entry point."""
     app(prog_name="gpusizer")
+
+
+# Commands that live in their own modules register themselves on `app` when imported.
+import gpusizer.cli_estimate  # noqa: E402,F401
+import gpusizer.cli_recommend  # noqa: E402,F401

@@ -1,0 +1,184 @@
+"""The ``recommend`` command: a thin wrapper over gpusizer.recommend.
+
+Registered on ``gpusizer.cli.app`` when this module is imported.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from gpusizer import cli
+from gpusizer.cli import (
+    BatchOpt,
+    CatalogOpt,
+    HfConfigOpt,
+    ImageOpt,
+    JsonOpt,
+    ModelOpt,
+    OptimizerOpt,
+    ParamsOpt,
+    SeqOpt,
+    StrategyOpt,
+    app,
+    guarded,
+)
+from gpusizer.errors import DataFileError, ExitCode, NothingFitsError, UsageError
+
+#: What each bundled workload means (the rules file says what matters for it).
+WORKLOAD_HELP = (
+    "What the GPUs are for. cnn: convolutional nets (ResNet, VGG), compute-bound, Tensor Cores first. "
+    "rnn: RNNs/LSTMs, memory-bandwidth-bound. transformer: BERT/GPT-2-sized transformers, between the two "
+    "and memory-hungry. llm-train: training or fine-tuning large language models (Tensor Cores, memory, ECC). "
+    "llm-inference: serving LLMs, token generation is bandwidth-bound. inference: serving CNNs and other nets "
+    "at FP16/INT8, throughput per watt. hpc: scientific codes in FP64, with ECC. A --rules file can add more."
+)
+
+
+class RecPrecisionOpt(str, Enum):
+    fp64 = "fp64"
+    fp32 = "fp32"
+    tf32 = "tf32"
+    mixed = "mixed"
+    fp16 = "fp16"
+    bf16 = "bf16"
+    fp8 = "fp8"
+    int8 = "int8"
+
+
+class SortOpt(str, Enum):
+    score = "score"
+    speed = "speed"
+    value = "value"
+
+
+def _split(values: list[str] | None) -> tuple[str, ...]:
+    """``--require ecc,rdma --require fp64`` -> ('ecc', 'rdma', 'fp64')."""
+    out: list[str] = []
+    for value in values or ():
+        out.extend(v.strip().lower() for v in value.split(",") if v.strip())
+    return tuple(dict.fromkeys(out))
+
+
+@app.command("recommend")
+@guarded
+def recommend_cmd(
+    ctx: typer.Context,
+    workload: Annotated[str, typer.Option("--workload", "-w", help=WORKLOAD_HELP)],
+    precision: Annotated[
+        Optional[RecPrecisionOpt],
+        typer.Option(help="Working precision. Default: the workload's (mixed for training, fp16 for inference, "
+                     "fp64 for hpc). tf32 = TF32 matmuls with FP32 storage; mixed = AMP."),
+    ] = None,
+    params: ParamsOpt = None,
+    model: ModelOpt = None,
+    hf_config: HfConfigOpt = None,
+    batch: BatchOpt = None,
+    seq_len: SeqOpt = None,
+    image_size: ImageOpt = None,
+    optimizer: Annotated[OptimizerOpt, typer.Option(help="Optimizer (training), for the memory fit.")] = OptimizerOpt.adamw,
+    strategy: Annotated[StrategyOpt, typer.Option(help="ddp replicates; zero1/2/3, fsdp and tp shard over all GPUs.")] = StrategyOpt.ddp,
+    gpus: Annotated[int, typer.Option("--gpus", min=1, help="GPUs per node.")] = 1,
+    nodes: Annotated[int, typer.Option("--nodes", min=1, help="Nodes. Several nodes make GPUDirect RDMA matter.")] = 1,
+    interconnect: Annotated[
+        Optional[str], typer.Option(help="Inter-node network for the performance model, as in 'gpusizer estimate'. "
+                                    "Default: the performance model's choice for each GPU.")
+    ] = None,
+    budget: Annotated[
+        Optional[float], typer.Option("--budget", help="Total US dollars for all GPUs (launch prices). GPUs without "
+                                      "a known price are excluded when a budget is given.")
+    ] = None,
+    max_power: Annotated[
+        Optional[float], typer.Option("--max-power", help="Total board power in watts for all GPUs (TDP x count).")
+    ] = None,
+    require: Annotated[
+        Optional[list[str]], typer.Option("--require", help="Hard requirements, comma-separated or repeated: "
+                                          "ecc, rdma, nvlink, fp64 (full-rate FP64).")
+    ] = None,
+    segment: Annotated[
+        Optional[list[str]], typer.Option("--segment", help="Only these segments: datacenter, workstation, consumer "
+                                          "(comma-separated or repeated).")
+    ] = None,
+    top: Annotated[int, typer.Option("--top", min=1, help="Show the best K GPUs.")] = 10,
+    sort: Annotated[SortOpt, typer.Option(help="score (rules), speed (performance model) or value "
+                                          "(speed per dollar of launch price).")] = SortOpt.score,
+    rules: Annotated[
+        Optional[list[Path]], typer.Option("--rules", help="Extra rules YAML, repeatable: overrides or extends the "
+                                           "bundled rules by workload and rule id (see docs/rules.md).")
+    ] = None,
+    show_excluded: Annotated[bool, typer.Option("--show-excluded", help="List excluded GPUs and why.")] = False,
+    local: Annotated[bool, typer.Option("--local", help="Rank this machine's GPUs (NVML), with their free memory.")] = False,
+    catalog: CatalogOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Rank GPUs for a workload, with the reasons for each score."""
+    from gpusizer.recommend import (
+        RecommendRequest,
+        candidates_from_catalog,
+        candidates_from_probe,
+        recommend,
+        reference_shape,
+    )
+    from gpusizer.rules import load_rules
+
+    cache = cli._cache_dir()
+    ruleset = load_rules([str(p) for p in rules or ()], cache_dir=cache)
+    wl = ruleset.workload(workload)
+    shape = None
+    if any(v is not None for v in (params, model, hf_config)):
+        shape = cli._model_shape(params, model, hf_config)
+    elif batch is not None:
+        raise UsageError("--batch needs --model, --params or --hf-config", hint="e.g. --model resnet50 --batch 64")
+    req = RecommendRequest(
+        workload=workload, precision=precision.value if precision else None, shape=shape, batch=batch,
+        seq_len=seq_len, image_size=image_size, optimizer=optimizer.value, strategy=strategy.value,
+        gpus_per_node=gpus, nodes=nodes, interconnect=interconnect, budget_usd=budget, max_power_w=max_power,
+        require=_split(require), segments=_split(segment), top=top, sort=sort.value,
+    )
+    notes: list[str] = []
+    cat = cli._load_catalog(catalog)
+    if local:
+        candidates, local_notes = candidates_from_probe(cli._local_report(catalog))
+        notes += list(local_notes)
+        if not candidates:
+            raise NothingFitsError("none of this machine's GPUs is in the catalog, so none can be ranked",
+                                   hint="run 'gpusizer probe --emit-catalog' and pass the result with --catalog")
+    else:
+        candidates = candidates_from_catalog(cat.gpus)
+    reference = None
+    if shape is None and wl.speed.model is not None:
+        from gpusizer.zoo import load_zoo
+
+        try:
+            reference = reference_shape(wl, load_zoo(cache_dir=cache))
+        except UsageError as exc:
+            raise DataFileError(
+                f"rules: workload '{wl.name}': speed.model: {exc.message}", hint="name a model from 'gpusizer models'"
+            ) from None
+    rec = recommend(candidates, ruleset, req, reference=reference, pool=cat.gpus)
+    notes += list(rec.notes)
+    if json_out:
+        from gpusizer.render import emit_json, envelope
+        from gpusizer.render_recommend import recommend_json
+
+        inputs = {
+            "workload": workload, "precision": rec.precision, "model": shape.name if shape else None,
+            "params": shape.params if shape else None, "batch": batch, "seq_len": seq_len, "image_size": image_size,
+            "optimizer": optimizer.value, "strategy": strategy.value, "gpus_per_node": gpus, "nodes": nodes,
+            "interconnect": interconnect, "budget_usd": budget, "max_power_w": max_power, "require": list(req.require),
+            "segments": list(req.segments), "top": top, "sort": sort.value, "local": local,
+            "rules_files": list(ruleset.files), "catalog_files": list(cat.files),
+        }
+        emit_json(envelope("recommend", inputs, recommend_json(rec), notes))
+    else:
+        from gpusizer.render_recommend import recommend_renderables
+
+        cli._warn(ctx, notes)
+        console = cli._console(ctx)
+        for part in recommend_renderables(rec, show_excluded=show_excluded, rules_files=ruleset.files):
+            console.print(part)
+    if not rec.ranked:
+        raise typer.Exit(int(ExitCode.NOTHING_FITS))

@@ -1,0 +1,205 @@
+"""Rendering recommend results: a header saying how the workload was read, the
+ranked table with the top reasons under each row, and the excluded GPUs.
+
+The table is laid out by hand (fixed-width columns) because the reasons go on
+their own lines under each row, which a rich Table cannot span.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpusizer.render import bar, fmt
+from gpusizer.units import format_bytes, format_count
+
+#: Column labels for key-spec fields; {p} is the working precision.
+FIELD_LABELS: dict[str, str] = {
+    "tensor_tflops": "tensor TF {p}",
+    "precision_tflops": "TFLOPS {p}",
+    "precision_tflops_per_w": "TF/W {p}",
+    "fp64_tflops": "FP64 TF",
+    "fp32_tflops": "FP32 TF",
+    "fp16_tflops": "FP16 TF",
+    "memory_gib": "mem GiB",
+    "bandwidth_gb_s": "GB/s",
+    "ecc": "ECC",
+    "nvlink_gb_s": "NVLink GB/s",
+    "gpudirect_rdma": "RDMA",
+    "tdp_w": "W",
+    "fp64_ratio": "FP64:FP32",
+    "fp16_ratio": "FP16:FP32",
+    "fp16_speedup": "FP16 x FP32",
+    "launch_price_usd": "launch $",
+}
+UNIT_SHORT = {"images/s": "img/s", "sequences/s": "seq/s", "tokens/s": "tok/s"}
+MODE_WORDS = {"train": "training", "inference": "inference"}
+PRECISION_WORDS = {
+    "fp64": "FP64 (double precision)",
+    "fp32": "FP32 (strict: no TF32)",
+    "tf32": "TF32 matrix multiplies, FP32 storage",
+    "mixed": "mixed (AMP: FP16/BF16 Tensor Core math, FP32 master weights)",
+    "fp16": "FP16 (pure 16-bit)",
+    "bf16": "BF16 (pure 16-bit)",
+    "fp8": "FP8 Tensor Core math",
+    "int8": "INT8",
+}
+
+
+def field_label(field: str, precision: str) -> str:
+    return FIELD_LABELS.get(field, field).format(p=precision)
+
+
+def recommend_json(rec: Any) -> dict[str, Any]:
+    """The ``results`` of ``recommend --json``: every GPU with every rule's contribution."""
+    return rec.model_dump(mode="json")
+
+
+# --------------------------------------------------------------------------
+# header
+
+
+def header_lines(rec: Any, rules_files: tuple[str, ...] = ()) -> list[tuple[str, str]]:
+    gpus = rec.gpus_per_node * rec.nodes
+    cluster = f"{gpus} GPU{'s' if gpus > 1 else ''}"
+    if rec.nodes > 1 or rec.gpus_per_node > 1:
+        cluster += f" ({rec.nodes} node{'s' if rec.nodes > 1 else ''} x {rec.gpus_per_node} per node)"
+    read = f"precision {rec.precision} ({rec.precision_from}): {PRECISION_WORDS.get(rec.precision, rec.precision)}"
+    if rec.speed_method == "performance-model":
+        read = f"{MODE_WORDS[rec.mode]}, {read}"
+    read += f"; {cluster}"
+    if rec.model_name:
+        read += f"; model {rec.model_name} ({format_count(rec.params)} params)"
+    if rec.model_precision != rec.precision and rec.model_name:
+        read += f", sized as {rec.model_precision}"
+    weights = " · ".join(f"{c.id} {c.weight:g} ({c.field})" for c in sorted(rec.criteria, key=lambda c: -c.weight))
+    lines = [
+        ("Workload", f"{rec.workload}: {rec.description}"),
+        ("Read as", read),
+        ("Weights", weights or "none"),
+        ("Constraints", "; ".join(rec.constraints_applied) or "none (no --require, --budget, --max-power, --segment; "
+                        "no model to fit)"),
+        ("Speed", rec.speed_basis),
+        ("Prices", rec.price_basis),
+    ]
+    if rules_files and len(rules_files) > 1:
+        lines.append(("Rules", " + ".join(("bundled data/rules.yaml", *rules_files[1:]))))
+    return lines
+
+
+# --------------------------------------------------------------------------
+# table
+
+
+def _speed_cells(r: Any) -> tuple[str, str]:
+    s = r.speed
+    if s is None or s.throughput_per_s is None:
+        return "n/a", (s.note if s is not None and s.note else "")
+    rel = f"{s.relative:.2f} {bar(s.relative, 8)}" if s.relative is not None else ""
+    unit = UNIT_SHORT.get(s.unit, s.unit)
+    return rel, f"{fmt(float(s.throughput_per_s))} {unit}".strip()
+
+
+def _value_cell(r: Any) -> str:
+    if r.value_per_kusd is not None:
+        return fmt(float(r.value_per_kusd))
+    return r.value_note or "n/a"
+
+
+def _price_cell(r: Any) -> str:
+    return f"${r.price_total_usd:,.0f}" if r.price_total_usd is not None else "unknown"
+
+
+def _fits_cell(r: Any) -> str:
+    if r.fits is None:
+        return "-"
+    if r.fit is not None and r.fits:
+        return f"yes ({format_bytes(r.fit.headroom_bytes, digits=1)} spare)"
+    return "no"
+
+
+def _value_text(value: Any) -> str:
+    return fmt(value)
+
+
+def table_rows(rec: Any, results: Any) -> tuple[list[str], list[list[str]], list[bool]]:
+    value_unit = rec.value_unit.replace("images/s", "img/s").replace("sequences/s", "seq/s").replace("tokens/s", "tok/s")
+    headers = ["#", "GPU", "score", *(field_label(f, rec.precision) for f in rec.key_fields), "fits", "rel. speed",
+               "speed", "price", value_unit or "value"]
+    numeric = [True, False, True, *([True] * len(rec.key_fields)), False, False, True, True, True]
+    rows = []
+    for r in results:
+        rel, absolute = _speed_cells(r)
+        rows.append([
+            str(r.rank) if r.rank is not None else "-", r.label, f"{r.score:.1f}",
+            *(_value_text(r.key_specs.get(f)) for f in rec.key_fields),
+            _fits_cell(r), rel, absolute, _price_cell(r), _value_cell(r),
+        ])
+    return headers, rows, numeric
+
+
+def _layout(headers: list[str], rows: list[list[str]], numeric: list[bool]) -> tuple[str, list[str]]:
+    widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h) for i, h in enumerate(headers)]
+
+    def line(cells: list[str]) -> str:
+        out = [(c.rjust(w) if num else c.ljust(w)) for c, w, num in zip(cells, widths, numeric)]
+        return "  ".join(out).rstrip()
+
+    return line(headers), [line(r) for r in rows]
+
+
+def reason_lines(r: Any, limit: int = 3) -> list[str]:
+    """The top ``limit`` contributions, then every advisory that fired."""
+    out = []
+    for c in r.reasons[:limit]:
+        value = fmt(c.value) if not isinstance(c.value, bool) else ("yes" if c.value else "no")
+        best = f" (best {fmt(c.best)})" if c.best is not None and not isinstance(c.value, bool) else ""
+        out.append(f"+{c.points:4.1f} {c.field} {value}{best}: {c.message}")
+    for a in r.advisories:
+        out.append(f"  ! {a.message}")
+    if r.speed is not None and r.speed.note and r.speed.throughput_per_s is None:
+        out.append(f"  ! speed: {r.speed.note}")
+    return out
+
+
+def ranking_text(rec: Any, *, reasons: int = 3) -> str:
+    headers, rows, numeric = table_rows(rec, rec.ranked)
+    head, lines = _layout(headers, rows, numeric)
+    indent = " " * 4
+    out = [head, "-" * len(head)]
+    for r, line in zip(rec.ranked, lines):
+        out.append(line)
+        out.extend(indent + reason for reason in reason_lines(r, reasons))
+    return "\n".join(out)
+
+
+def excluded_text(rec: Any) -> str:
+    if not rec.excluded:
+        return "Excluded: none"
+    out = [f"Excluded ({len(rec.excluded)}):"]
+    width = max(len(r.label) for r in rec.excluded)
+    for r in rec.excluded:
+        reasons = "; ".join(f"[{f.rule}] {f.message}" for f in r.excluded_by)
+        out.append(f"  {r.label.ljust(width)}  {reasons}")
+    return "\n".join(out)
+
+
+def recommend_renderables(rec: Any, *, show_excluded: bool = False, rules_files: tuple[str, ...] = ()) -> list[Any]:
+    from rich.text import Text
+
+    parts: list[Any] = []
+    for key, value in header_lines(rec, rules_files):
+        line = Text(f"{key:<12}", style="bold")
+        line.append(value)
+        parts.append(line)
+    parts.append(Text(""))
+    if rec.ranked:
+        title = f"Top {len(rec.ranked)} of {rec.qualified} qualifying GPUs, by {rec.sort}"
+        parts += [Text(title, style="bold"), Text(ranking_text(rec), no_wrap=True, overflow="ignore")]
+    else:
+        parts.append(Text("No GPU qualifies: every candidate was excluded (see below).", style="bold"))
+    if show_excluded or not rec.ranked:
+        parts += [Text(""), Text(excluded_text(rec), no_wrap=True, overflow="ignore")]
+    elif rec.excluded:
+        parts += [Text(""), Text(f"{len(rec.excluded)} GPUs excluded; --show-excluded lists them with the "
+                                 "constraint that excluded each.")]
+    return parts
