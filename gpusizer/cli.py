@@ -39,6 +39,14 @@ def guarded(func: Callable[..., Any]) -> Callable[..., Any]:
             raise typer.Exit(int(exc.exit_code)) from None
         except (typer.Exit, typer.Abort, KeyboardInterrupt):
             raise
+        except BrokenPipeError:
+            # the reader went away (`gpusizer ... | head`): stop quietly
+            try:
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, sys.stdout.fileno())
+            except (OSError, ValueError):
+                pass
+            raise typer.Exit(0) from None
         except Exception as exc:  # noqa: BLE001 - the one place that catches everything
             if _STATE["debug"] or type(exc).__module__.startswith("typer"):
                 raise
@@ -164,8 +172,22 @@ def catalog_list(
     """List catalog GPUs, with filters and sorting."""
     from gpusizer.browse import CatalogFilter, filter_gpus
 
-    if segment is not None and segment not in ("datacenter", "workstation", "consumer"):
-        raise UsageError(f"--segment: {segment!r} is not one of datacenter, workstation, consumer")
+    from gpusizer.catalog import ARCH_ORDER
+
+    if segment is not None:
+        segment = segment.lower()
+        if segment not in ("datacenter", "workstation", "consumer"):
+            raise UsageError(f"--segment: {segment!r} is not one of datacenter, workstation, consumer")
+    if arch is not None:
+        arch = arch.lower()
+        if arch not in ARCH_ORDER:
+            import difflib
+
+            close = difflib.get_close_matches(arch, ARCH_ORDER, n=2)
+            raise UsageError(
+                f"--arch: {arch!r} is not an architecture in the catalog",
+                hint=f"did you mean {', '.join(close)}?" if close else f"one of: {', '.join(ARCH_ORDER)}",
+            )
     cat = _load_catalog(catalog)
     spec = CatalogFilter(
         segment=segment, architecture=arch, min_memory_gib=min_memory, ecc=ecc, rdma=rdma, nvlink=nvlink,

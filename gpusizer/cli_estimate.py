@@ -152,7 +152,9 @@ def estimate_cmd(
         batch_note = choice.reason
     else:
         batch_note = "given"
-    mem_cfg = cfg.model_copy(update={"gpus": gpus if cfg.strategy == "tp" else gpus * nodes})
+    from gpusizer.memory import sharding_gpus
+
+    mem_cfg = cfg.model_copy(update={"gpus": sharding_gpus(cfg.strategy, gpus, nodes)})
     mem = estimate_memory(shape, mem_cfg)
     fits = mem.total_bytes <= g.memory_bytes
     if not fits:

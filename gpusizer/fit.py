@@ -20,7 +20,9 @@ from gpusizer.memory import (
     RunConfig,
     estimate_memory,
     fewest_gpus,
+    fits,
     largest_batch,
+    rule_of_thumb_bytes,
     rule_of_thumb_params,
 )
 from gpusizer.units import MIB, format_bytes
@@ -83,7 +85,7 @@ def fit_one(shape: ModelShape, cfg: RunConfig, cap: Capacity, breakdown: MemoryB
         gpu_name=cap.gpu.name if cap.gpu else cap.label,
         memory_bytes=cap.memory_bytes,
         capacity_source=cap.source,
-        fits=total <= cap.memory_bytes,
+        fits=fits(shape, cfg, cap.memory_bytes),
         total_bytes=total,
         headroom_bytes=cap.memory_bytes - total,
         max_batch=largest_batch(shape, cfg, cap.memory_bytes),
@@ -120,8 +122,8 @@ def fit_rule_of_thumb(shape: ModelShape, cfg: RunConfig, capacities: Sequence[Ca
                 memory_bytes=cap.memory_bytes,
                 capacity_source=cap.source,
                 fits=shape.params <= usable,
-                total_bytes=shape.params * 8 + 400 * MIB,
-                headroom_bytes=cap.memory_bytes - (shape.params * 8 + 400 * MIB),
+                total_bytes=rule_of_thumb_bytes(shape.params),
+                headroom_bytes=cap.memory_bytes - rule_of_thumb_bytes(shape.params),
                 max_batch=None,
                 min_gpus=math.ceil(shape.params / usable) if usable else None,
                 rule_of_thumb_params=usable,
@@ -162,8 +164,18 @@ def _verdict(results: Sequence[GpuFit], cfg: RunConfig, breakdown: MemoryBreakdo
             + f"; fits on no GPU as configured; with {cfg.strategy} it needs {best.min_gpus} x "
             f"{best.gpu_id or best.gpu_name}"
         )
-    hint = "try --strategy zero3, fsdp or tp, a lower --precision, or --checkpointing"
-    return f"needs {need} {per}".rstrip() + f"; fits on no GPU as configured ({hint})"
+    ideas = []
+    if cfg.strategy in ("ddp", "zero1", "zero2"):
+        ideas.append("--strategy zero3, fsdp or tp with more --gpus")
+    else:
+        ideas.append("more --gpus")
+    if cfg.precision in ("fp32", "mixed"):
+        ideas.append("--precision bf16" + (" or int8/int4" if cfg.mode == "inference" else ""))
+    if cfg.mode == "train" and not cfg.checkpointing:
+        ideas.append("--checkpointing")
+    if cfg.batch > 1:
+        ideas.append("a smaller --batch")
+    return f"needs {need} {per}".rstrip() + f"; fits on no GPU as configured (try {', '.join(ideas)})"
 
 
 def capacities_from_probe(report: object) -> list[Capacity]:

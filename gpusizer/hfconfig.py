@@ -189,9 +189,8 @@ def _llama_like(c: _Config, model_type: str) -> dict[str, Any]:
     ffn = c.get_int("intermediate_size")
     vocab = c.get_int("vocab_size")
     if c.doc.get("head_dim") is None:
+        c.heads_divide(h, "hidden_size", heads, "num_attention_heads")
         hd = h // heads
-        if hd < 1:
-            c.heads_divide(h, "hidden_size", heads, "num_attention_heads")
     else:
         hd = c.get_int("head_dim")
     max_pos_default = {"llama": 2048, "mistral": 4096 * 32, "mixtral": 4096 * 32, "qwen2": 32768}[model_type]

@@ -366,6 +366,17 @@ def estimate_memory(shape: ModelShape, cfg: RunConfig) -> MemoryBreakdown:
     n = cfg.gpus
     strategy = cfg.strategy if n > 1 else "ddp"
     notes: list[str] = []
+    if strategy == "tp":
+        if m is None or not m.is_transformer:
+            raise UsageError(
+                "--strategy tp splits attention heads and needs a transformer's shape",
+                hint="give --model or --hf-config for a transformer, or use zero3/fsdp",
+            )
+        if m.heads % n:
+            raise UsageError(
+                f"--strategy tp over {n} GPUs does not divide {m.name}'s {m.heads} attention heads",
+                hint=f"use a GPU count that divides {m.heads}",
+            )
 
     weights = weight_bytes(shape, cfg.precision)
     grads = int(shape.params * GRAD_BYTES[cfg.precision]) if cfg.mode == "train" else 0
@@ -504,18 +515,42 @@ def fewest_gpus(shape: ModelShape, cfg: RunConfig, capacity_bytes: int) -> int |
         return 1
     if cfg.strategy == "ddp":
         return None
-    heads = shape.model.heads if (shape.model is not None and shape.model.heads) else None
-    n = 2
-    while n <= MAX_GPUS:
-        if cfg.strategy == "tp" and heads is not None and heads % n:
-            n += 1
-            if n > heads:
-                return None
-            continue
-        if fits(shape, cfg.model_copy(update={"gpus": n}), capacity_bytes):
-            return n
-        n = n + 1 if n < 16 else n * 2
-    return None
+    def ok(n: int) -> bool:
+        return fits(shape, cfg.model_copy(update={"gpus": n}), capacity_bytes)
+
+    if cfg.strategy == "tp":
+        m = shape.model
+        if m is None or not m.is_transformer:
+            return None
+        for n in range(2, m.heads + 1):
+            if m.heads % n == 0 and ok(n):
+                return n
+        return None
+    # per-GPU memory only falls as N grows: double, then bisect
+    lo, hi = 1, 2
+    while hi <= MAX_GPUS and not ok(hi):
+        lo, hi = hi, hi * 2
+    if hi > MAX_GPUS:
+        return None
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if ok(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def sharding_gpus(strategy: str, gpus_per_node: int, nodes: int = 1) -> int:
+    """GPUs a model is sharded over: tensor parallelism stays inside a node
+    (data parallel across nodes); ZeRO and FSDP shard over every GPU."""
+    return gpus_per_node if strategy == "tp" else gpus_per_node * nodes
+
+
+def rule_of_thumb_bytes(params: int) -> int:
+    """Memory the rule of thumb assumes: 8 bytes per parameter (fp32 weights and
+    momentum) plus the 400 MB buffer."""
+    return params * 8 + 400 * MIB
 
 
 def model_shape_from_params(params: int) -> ModelShape:

@@ -935,12 +935,12 @@ def default_batch(
     """The largest per-GPU batch that fits in ``capacity_bytes`` (memory.largest_batch),
     capped by :func:`batch_cap`. Raises NothingFitsError when batch 1 does not fit."""
     from gpusizer.errors import NothingFitsError
-    from gpusizer.memory import MAX_BATCH, largest_batch
+    from gpusizer.memory import MAX_BATCH, largest_batch, sharding_gpus
 
     prec = precision or default_compute_precision(cfg)
     mem_cfg = cfg.model_copy(update={
         "precision": memory_precision(prec, cfg.mode),
-        "gpus": cfg.gpus if cfg.strategy == "tp" else cfg.gpus * nodes,
+        "gpus": sharding_gpus(cfg.strategy, cfg.gpus, nodes),
     })
     largest = largest_batch(shape, mem_cfg, capacity_bytes)
     cap = batch_cap(shape, cfg, phase)

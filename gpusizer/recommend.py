@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from gpusizer.catalog import ARCH_ORDER, Gpu
 from gpusizer.errors import UsageError
 from gpusizer.fit import Capacity, GpuFit, fit_model
-from gpusizer.memory import ModelShape, RunConfig, fewest_gpus, largest_batch
+from gpusizer.memory import ModelShape, RunConfig, fewest_gpus, largest_batch, sharding_gpus
 from gpusizer.rules import (
     DERIVED_FIELDS,
     ORDERED_VALUES,
@@ -524,7 +524,7 @@ def recommend(
     memory_needed: int | None = None
     mem_cfg = _run_config(
         mode=wl.mode, precision=mp, optimizer=req.optimizer, batch=req.batch, seq_len=req.seq_len,
-        image_size=req.image_size, gpus=total, strategy=req.strategy,
+        image_size=req.image_size, gpus=sharding_gpus(req.strategy, req.gpus_per_node, req.nodes), strategy=req.strategy,
     )
     if req.shape is not None:
         caps = [Capacity(gpu=c.gpu, label=c.label, memory_bytes=c.capacity_bytes, source=c.capacity_source)

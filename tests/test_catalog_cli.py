@@ -232,3 +232,19 @@ def test_installed_command_and_module_agree(installed):
     b = subprocess.run([sys.executable, "-m", "gpusizer", "catalog", "list", "--json"], capture_output=True, text=True)
     assert a.returncode == 0 and b.returncode == 0
     assert json.loads(a.stdout)["results"] == json.loads(b.stdout)["results"]
+
+
+def test_unknown_architecture_and_case_of_segment(cli, cli_json):
+    bad = cli("catalog", "list", "--arch", "hoper")
+    assert bad.exit_code == 2 and "hopper" in bad.stderr
+    assert {g["id"] for g in cli_json("catalog", "list", "--segment", "Datacenter", "--arch", "Hopper")["results"]} >= {
+        "h100-sxm5-80gb", "h200-sxm-141gb"}
+
+
+def test_closed_pipe_is_quiet(installed):
+    import subprocess
+
+    cmd = " ".join(__import__("shlex").quote(c) for c in __import__("conftest").gpusizer_command())
+    result = subprocess.run(f"{cmd} catalog list --json | head -1", shell=True, capture_output=True, text=True)
+    assert result.stdout.strip() == "{"
+    assert "Error" not in result.stderr and "Traceback" not in result.stderr

@@ -273,3 +273,25 @@ def test_fit_model_json_lists_fitting_gpus_and_exit_4_when_none(cli, cli_json):
     doc = json.loads(big.stdout)
     assert doc["results"]["fits_on"] == []
     assert all(g["min_gpus"] is None for g in doc["results"]["gpus"])  # ddp cannot shard
+
+
+def test_fewest_gpus_bisects_beyond_16():
+    """175B parameters in mixed precision with Adam under ZeRO-3 on 80 GiB cards: the
+    search must find the exact minimum, not the next power of two."""
+    shape = model_shape_from_params(175 * 10**9)
+    cfg = RunConfig(strategy="zero3")
+    cap = 80 * 2**30
+    n = fewest_gpus(shape, cfg, cap)
+    assert n is not None and n > 16
+    assert fits(shape, cfg.model_copy(update={"gpus": n}), cap)
+    assert not fits(shape, cfg.model_copy(update={"gpus": n - 1}), cap)
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("--model", "llama-2-7b", "--strategy", "tp", "--gpus", "3"), "does not divide"),
+    (("--model", "resnet50", "--strategy", "tp", "--gpus", "2"), "needs a transformer"),
+])
+def test_tensor_parallel_is_validated(cli, args, message):
+    result = cli("fit-model", *args)
+    assert result.exit_code == 2
+    assert message in result.stderr
