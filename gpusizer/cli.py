@@ -264,6 +264,7 @@ from enum import Enum  # noqa: E402
 
 
 class PrecisionOpt(str, Enum):
+    fp64 = "fp64"
     fp32 = "fp32"
     fp16 = "fp16"
     bf16 = "bf16"
@@ -338,17 +339,9 @@ def _model_shape(params: str | None, model: str | None, hf_config: Path | None) 
 
 
 def _run_config(**kwargs: Any) -> Any:
-    from pydantic import ValidationError
+    from gpusizer.memory import make_run_config
 
-    from gpusizer.memory import RunConfig
-
-    try:
-        return RunConfig(**{k: v for k, v in kwargs.items() if v is not None})
-    except ValidationError as exc:
-        err = exc.errors(include_url=False)[0]
-        msg = err["msg"].removeprefix("Value error, ")
-        loc = ".".join(str(x) for x in err["loc"])
-        raise UsageError(f"{loc + ': ' if loc else ''}{msg}") from None
+    return make_run_config(**kwargs)
 
 
 def _parse_overhead(text: str | None) -> int | None:
@@ -387,7 +380,7 @@ def fit_model_cmd(
     train: Annotated[bool, typer.Option("--train/--inference", help="Training step (default) or inference.")] = True,
     precision: Annotated[
         Optional[PrecisionOpt],
-        typer.Option(help="fp32; fp16/bf16 = pure 16-bit (optimizer state too); mixed = AMP; int8/int4 = "
+        typer.Option(help="fp64, fp32; fp16/bf16 = pure 16-bit (optimizer state too); mixed = AMP; int8/int4 = "
                      "weight-only quantisation for inference. Default: mixed for training, fp16 for inference."),
     ] = None,
     optimizer: Annotated[OptimizerOpt, typer.Option(help="Optimizer (training).")] = OptimizerOpt.adamw,

@@ -137,9 +137,6 @@ def estimate_cmd(
     if train and prec in ("int8", "int4"):
         raise UsageError(f"--precision {prec} is quantised inference", hint="add --inference, or train in mixed/bf16")
     mem_prec = perf.memory_precision(prec, mode)
-    if prec == "fp64":
-        notes.append("memory is counted as fp32: the memory model has no fp64, so weights, gradients and "
-                     "optimizer state are undercounted 2x")
     ph = phase.value if phase else None
     cfg = _run_config(
         mode=mode, precision=mem_prec, optimizer=optimizer.value, batch=batch or 1, seq_len=seq_len,

@@ -17,19 +17,19 @@ from gpusizer.units import GIB, MIB
 from gpusizer.zoo import Model
 
 Mode = Literal["train", "inference"]
-Precision = Literal["fp32", "fp16", "bf16", "mixed", "int8", "int4"]
+Precision = Literal["fp64", "fp32", "fp16", "bf16", "mixed", "int8", "int4"]
 Optimizer = Literal["sgd", "momentum", "adam", "adamw", "adafactor", "adam8bit"]
 Strategy = Literal["ddp", "zero1", "zero2", "zero3", "fsdp", "tp"]
 
 #: Bytes per weight, by precision. ``mixed`` keeps fp32 master weights (PyTorch
 #: AMP); its 16-bit working copies are counted with the activations.
-WEIGHT_BYTES: dict[str, float] = {"fp32": 4, "mixed": 4, "fp16": 2, "bf16": 2, "int8": 1, "int4": 0.5}
+WEIGHT_BYTES: dict[str, float] = {"fp64": 8, "fp32": 4, "mixed": 4, "fp16": 2, "bf16": 2, "int8": 1, "int4": 0.5}
 #: Bytes per gradient element: gradients take the dtype of the weights.
-GRAD_BYTES: dict[str, float] = {"fp32": 4, "mixed": 4, "fp16": 2, "bf16": 2}
+GRAD_BYTES: dict[str, float] = {"fp64": 8, "fp32": 4, "mixed": 4, "fp16": 2, "bf16": 2}
 #: Optimizer state elements per parameter (Adafactor is handled from shapes).
 OPTIMIZER_STATES: dict[str, int] = {"sgd": 0, "momentum": 1, "adam": 2, "adamw": 2, "adafactor": 0, "adam8bit": 2}
 #: Bytes of activations per element: 16-bit for everything autocast or .half() touches.
-ACT_BYTES: dict[str, int] = {"fp32": 4, "mixed": 2, "fp16": 2, "bf16": 2, "int8": 2, "int4": 2}
+ACT_BYTES: dict[str, int] = {"fp64": 8, "fp32": 4, "mixed": 2, "fp16": 2, "bf16": 2, "int8": 2, "int4": 2}
 #: Extra bytes per weight for quantisation scales: int4 as bitsandbytes NF4 stores
 #: it by default (one fp32 absmax per block of 64 weights; GPTQ/AWQ with groups of
 #: 128 need less), int8 with per-row scales (negligible).
@@ -324,7 +324,7 @@ def optimizer_bytes(shape: ModelShape, cfg: RunConfig) -> int:
     if cfg.optimizer == "adam8bit":
         # bitsandbytes: m and v in 8 bits, one fp32 absmax per 2048-element block each
         return int(shape.params * (2 + 2 * 4 / 2048))
-    state_width = 2 if cfg.precision in ("fp16", "bf16") else 4
+    state_width = {"fp16": 2, "bf16": 2, "fp64": 8}.get(cfg.precision, 4)
     return shape.params * OPTIMIZER_STATES[cfg.optimizer] * state_width
 
 
@@ -539,6 +539,20 @@ def fewest_gpus(shape: ModelShape, cfg: RunConfig, capacity_bytes: int) -> int |
         else:
             lo = mid
     return hi
+
+
+def make_run_config(**kwargs: object) -> RunConfig:
+    """A RunConfig from optional settings (None means the default), with a bad
+    combination reported as a one-line UsageError."""
+    from pydantic import ValidationError
+
+    try:
+        return RunConfig(**{k: v for k, v in kwargs.items() if v is not None})
+    except ValidationError as exc:
+        err = exc.errors(include_url=False)[0]
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        loc = ".".join(str(x) for x in err["loc"])
+        raise UsageError(f"{loc + ': ' if loc else ''}{msg}") from None
 
 
 def sharding_gpus(strategy: str, gpus_per_node: int, nodes: int = 1) -> int:

@@ -323,12 +323,11 @@ def default_compute_precision(cfg: RunConfig) -> str:
 def memory_precision(precision: str, mode: str) -> str:
     """Map a performance precision to RunConfig's memory precisions.
 
-    fp64 and tf32 are counted as fp32 (tf32 keeps fp32 storage; the memory model
-    has no fp64, so an fp64 run's weights and optimizer state are undercounted 2x);
-    fp8 trains like mixed precision (Transformer Engine keeps fp32 master weights
-    and 16-bit activations) and serves like int8 (one byte per weight).
+    tf32 is counted as fp32 (tf32 keeps fp32 storage); fp8 trains like mixed
+    precision (Transformer Engine keeps fp32 master weights and 16-bit
+    activations) and serves like int8 (one byte per weight).
     """
-    if precision in ("fp64", "fp32", "tf32"):
+    if precision in ("fp32", "tf32"):
         return "fp32"
     if precision == "fp8":
         return "mixed" if mode == "train" else "int8"

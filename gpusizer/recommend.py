@@ -18,12 +18,12 @@ import string
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from gpusizer.catalog import ARCH_ORDER, Gpu
 from gpusizer.errors import UsageError
 from gpusizer.fit import Capacity, GpuFit, fit_model
-from gpusizer.memory import ModelShape, RunConfig, fewest_gpus, largest_batch, sharding_gpus
+from gpusizer.memory import ModelShape, RunConfig, fewest_gpus, largest_batch, make_run_config, sharding_gpus
 from gpusizer.rules import (
     DERIVED_FIELDS,
     ORDERED_VALUES,
@@ -388,23 +388,12 @@ def model_precision(precision: str, mode: str) -> tuple[str, bool]:
     """(the memory model's precision, TF32 allowed) for a recommend precision.
 
     The mapping is ``performance.memory_precision``: tf32 keeps fp32 storage;
-    fp8 trains like mixed precision and serves with one-byte weights; fp64 is
-    counted as fp32, which is why fp64 is not accepted with --model/--params.
+    fp8 trains like mixed precision and serves with one-byte weights.
     ``fp32`` means strict FP32 (no TF32); ``tf32`` asks for TF32.
     """
     from gpusizer.performance import memory_precision
 
     return memory_precision(precision, mode), precision != "fp32"
-
-
-def _run_config(**kwargs: Any) -> RunConfig:
-    try:
-        return RunConfig(**{k: v for k, v in kwargs.items() if v is not None})
-    except ValidationError as exc:
-        err = exc.errors(include_url=False)[0]
-        msg = err["msg"].removeprefix("Value error, ")
-        loc = ".".join(str(x) for x in err["loc"])
-        raise UsageError(f"{loc + ': ' if loc else ''}{msg}") from None
 
 
 def _check_request(req: RecommendRequest, rules: RuleSet) -> tuple[Workload, str]:
@@ -431,12 +420,6 @@ def _check_request(req: RecommendRequest, rules: RuleSet) -> tuple[Workload, str
             raise UsageError(f"--segment: {seg!r} is not one of {', '.join(SEGMENTS)}")
     for name in req.require:
         rules.requirement(name)
-    if precision == "fp64" and req.shape is not None:
-        raise UsageError(
-            "--precision fp64 cannot be combined with --model/--params: the memory model has no fp64 "
-            "(it would count 4 bytes per value and call a model fitting that does not)",
-            hint="drop --model/--params, or size the model with --precision fp32",
-        )
     if req.interconnect is not None and req.interconnect.strip().lower() not in ("nvlink", "nvswitch", "pcie"):
         from gpusizer.performance import load_interconnects
 
@@ -522,7 +505,7 @@ def recommend(
     # --- memory fit --------------------------------------------------------
     fits_by_label: dict[str, GpuFit] = {}
     memory_needed: int | None = None
-    mem_cfg = _run_config(
+    mem_cfg = make_run_config(
         mode=wl.mode, precision=mp, optimizer=req.optimizer, batch=req.batch, seq_len=req.seq_len,
         image_size=req.image_size, gpus=sharding_gpus(req.strategy, req.gpus_per_node, req.nodes), strategy=req.strategy,
     )

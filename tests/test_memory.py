@@ -295,3 +295,12 @@ def test_tensor_parallel_is_validated(cli, args, message):
     result = cli("fit-model", *args)
     assert result.exit_code == 2
     assert message in result.stderr
+
+
+def test_fp64_counts_eight_bytes(cli_json):
+    """FP64 HPC training: 8-byte weights and gradients, 8-byte Adam state (2 x 8)."""
+    est = estimate_memory(model_shape_from_params(10**9), RunConfig(precision="fp64", optimizer="adam"))
+    assert (est.weights_bytes, est.gradients_bytes, est.optimizer_bytes) == (8 * 10**9, 8 * 10**9, 16 * 10**9)
+    doc = cli_json("recommend", "--workload", "hpc", "--params", "1B", "--show-excluded")
+    excluded = {e["gpu_id"] for e in doc["results"]["excluded"]} if "excluded" in doc["results"] else set()
+    assert "rtx-3060-12gb" in excluded  # 32 GB of fp64 state does not fit in 12 GiB

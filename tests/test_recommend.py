@@ -595,7 +595,6 @@ def _write(tmp_path: Path, text: str) -> str:
         (["--workload", "cnn", "--require", "rdam"], ExitCode.USAGE, "unknown requirement 'rdam'"),
         (["--workload", "cnn", "--segment", "gamer"], ExitCode.USAGE, "--segment: 'gamer'"),
         (["--workload", "cnn", "--precision", "int8"], ExitCode.USAGE, "int8 is an inference precision"),
-        (["--workload", "hpc", "--params", "1B"], ExitCode.USAGE, "fp64 cannot be combined"),
         (["--workload", "cnn", "--interconnect", "ib-hdrr"], ExitCode.USAGE, "unknown interconnect"),
         (["--workload", "cnn", "--batch", "8"], ExitCode.USAGE, "--batch needs --model"),
     ],
