@@ -170,6 +170,8 @@ def _gated_mlp(act: str) -> str | None:
 
 
 def _plain_mlp(act: str) -> str | None:
+    if act == "gelu_new":
+        return "gelu_new"  # transformers' NewGELUActivation: the tanh formula op by op
     if act in _GELU:
         return "gelu"
     if act == "relu":

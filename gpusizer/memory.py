@@ -56,6 +56,8 @@ class RunConfig(BaseModel):
     batch: int = Field(default=1, ge=1, le=1 << 24)
     seq_len: int | None = Field(default=None, ge=1, le=1 << 24)
     image_size: int | None = Field(default=None, ge=8, le=16384)
+    #: encoder-decoder models: decoder (target) length; default seq_len
+    target_len: int | None = Field(default=None, ge=1, le=1 << 24)
     checkpointing: bool = False
     flash_attention: bool = False
     #: what the transformer's output head computes: vocabulary logits for every
@@ -202,6 +204,12 @@ def _layer_activation_bytes(
         mlp = 4 * p * s * b * f
     elif m.mlp == "relu":
         mlp = p * s * b * f + ((p + 1) * s * b * f if dropout else 0)
+    elif m.mlp == "gelu_new":
+        # 0.5*x*(1 + tanh(c*(x + 0.044715*x^3))) op by op saves x (pow's input),
+        # tanh's output, 0.5*x, 1 + tanh and the product; under CUDA autocast pow
+        # runs in fp32, so x's copy, tanh and 1 + tanh are fp32 (4+4+2+4+2 bytes)
+        per = 16 if r == 4 and p == 2 else 5 * p
+        mlp = per * s * b * f
     else:  # gelu: input and output of the activation
         mlp = 2 * p * s * b * f
     mlp *= k
@@ -236,30 +244,37 @@ def transformer_activation_bytes(
     kw = {"dropout": dropout, "flash": cfg.flash_attention, "tp": tp, "residual_bytes": r, "softmax_fp32": softmax_fp32}
     layer = _layer_activation_bytes(m, s, b, p, **kw)
     dec_layer = 0
+    t = cfg.target_len or s
     if m.decoder_layers:
-        dec_layer = _layer_activation_bytes(m, s, b, p, cross_len=s, **kw)
+        dec_layer = _layer_activation_bytes(m, t, b, p, cross_len=s, **kw)
     sbh = s * b * m.hidden
     if cfg.checkpointing:
-        stored = m.layers * r * sbh + (m.decoder_layers or 0) * r * sbh
+        stored = m.layers * r * sbh + (m.decoder_layers or 0) * r * t * b * m.hidden
         recompute = max(layer, dec_layer)
     else:
         stored = m.layers * layer + (m.decoder_layers or 0) * dec_layer
         recompute = 0
     # embedding dropout mask and final norm input
     stored += (sbh if dropout else 0) + r * sbh
-    # logits (16-bit or fp32) plus the fp32 log-softmax saved by cross-entropy
+    # cross-entropy saves the fp32 log-softmax of the logits (the logits themselves
+    # are not saved: the output head saves its input); at the start of backward
+    # its fp32 gradient and that gradient cast to the logits' dtype are live
+    t_len = cfg.target_len or s
+    tokens_out = t_len * b
     if cfg.head == "lm":
-        logits = s * b * m.vocab * (p + 4) // tp
-    elif cfg.head == "logits":
-        logits = s * b * m.vocab * p // tp
+        saved_logits = 4 * tokens_out * m.vocab // tp
+        logits = (4 + p) * tokens_out * m.vocab // tp
+    elif cfg.head == "logits":  # logits kept, no cross-entropy (e.g. loss = logits.sum())
+        saved_logits = p * tokens_out * m.vocab // tp
+        logits = p * tokens_out * m.vocab // tp
     else:
-        logits = 0
+        saved_logits = logits = 0
     if cfg.precision == "mixed" and not cfg.checkpointing:
         # autocast's 16-bit copies of the layer weights are saved for backward
         # (under checkpointing they are recomputed instead); sharded runs hold
         # copies of their own shard only
         stored += int(2 * matrix_params(m) / shards)
-    return stored + logits, recompute, logits
+    return stored + saved_logits, recompute, logits
 
 
 def activation_bytes(shape: ModelShape, cfg: RunConfig) -> tuple[int, int, int, bool]:
@@ -278,16 +293,44 @@ def activation_bytes(shape: ModelShape, cfg: RunConfig) -> tuple[int, int, int, 
         per_sample = m.activation_bytes_per_sample_mixed
     elif cfg.precision in ("fp16", "bf16"):
         per_sample = per_sample // 2
+    copies = 0
+    if cfg.precision == "mixed" and not cfg.checkpointing:
+        # autocast's 16-bit weight copies, saved for backward (the zoo's mixed
+        # figures are per sample and leave them out)
+        copies = 2 * shape.params
     scale = 1.0
     if m.kind == "cnn" and cfg.image_size and m.image_size:
         scale = (cfg.image_size / m.image_size) ** 2
     if m.kind == "rnn" and cfg.seq_len and m.seq_len:
         scale = cfg.seq_len / m.seq_len
-    return int(per_sample * scale * cfg.batch / tp), 0, 0, True
+    transient = 0
+    if m.kind == "rnn" and m.vocab and cfg.head == "lm":
+        # the per-token figure includes the saved log-softmax; its gradient and
+        # the logits' gradient are live at the start of backward
+        seq = cfg.seq_len or m.seq_len or 1
+        transient = (4 + ACT_BYTES[cfg.precision]) * cfg.batch * seq * m.vocab
+    return int(per_sample * scale * cfg.batch / tp) + copies, 0, transient, True
 
 
 # --------------------------------------------------------------------------
 # weights, gradients, optimizer
+
+
+def head_gradient_bytes(shape: ModelShape, cfg: RunConfig) -> int:
+    """Gradients of the last layers, written at the very start of backward: a
+    transformer's output head (vocab x hidden; with tied embeddings the
+    embedding's gradient is allocated then), a CNN's classifier (the zoo's
+    ``head_params``), an RNN's decoder (vocab x hidden)."""
+    m = shape.model
+    if m is None or cfg.mode != "train":
+        return 0
+    width = GRAD_BYTES.get(cfg.precision, 4)
+    shards = cfg.gpus if cfg.strategy in ("zero2", "zero3", "fsdp", "tp") and cfg.gpus > 1 else 1
+    if m.kind == "cnn":
+        return int((m.head_params or 0) * width / shards)
+    if m.vocab and m.hidden and cfg.head == "lm":
+        return int(m.vocab * m.hidden * width / shards)
+    return 0
 
 
 def adafactor_state_elements(shape: ModelShape) -> int:
@@ -406,8 +449,11 @@ def estimate_memory(shape: ModelShape, cfg: RunConfig) -> MemoryBreakdown:
         acts, recompute, logits, modelled = activation_bytes(shape, cfg)
         # Peak: the start of backward (all activations saved plus the loss
         # gradient) or the optimizer step (all gradients, activations freed).
-        kept_grads = grads if cfg.persistent_grads else 0
-        start_of_backward = weights + opt + kept_grads + acts + recompute + logits + transient
+        # the output head's gradients are written before any activation is freed
+        kept_grads = grads if cfg.persistent_grads else min(grads, head_gradient_bytes(shape, cfg))
+        # the loss gradient is consumed by the output head before the last layer
+        # is recomputed, so the two transients are not live together
+        start_of_backward = weights + opt + kept_grads + acts + max(recompute, logits) + transient
         optimizer_step = weights + opt + grads + transient
         if start_of_backward >= optimizer_step:
             tensor_peak, phase = start_of_backward, "backward"

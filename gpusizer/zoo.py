@@ -46,7 +46,9 @@ class Model(BaseModel):
     ffn: int | None = Field(default=None, gt=0)
     vocab: int | None = Field(default=None, gt=0)
     max_seq_len: int | None = Field(default=None, gt=0)
-    mlp: Literal["gelu", "relu", "swiglu", "geglu"] | None = None
+    #: gelu_new = the tanh GELU written out op by op (HF GPT-2's NewGELUActivation),
+    #: which saves five tensors of the MLP width instead of two
+    mlp: Literal["gelu", "gelu_new", "relu", "swiglu", "geglu"] | None = None
     experts: int | None = Field(default=None, gt=0)
     experts_per_token: int | None = Field(default=None, gt=0)
     tied_embeddings: bool | None = None
@@ -60,6 +62,10 @@ class Model(BaseModel):
     seq_len: int | None = Field(default=None, gt=0)
     activation_bytes_per_sample_fp32: int | None = Field(default=None, gt=0)
     activation_bytes_per_sample_mixed: int | None = Field(default=None, gt=0)
+
+    #: CNNs: parameters of the classifier head (the last layers), whose gradients
+    #: are written at the start of backward while every activation is still alive
+    head_params: int | None = Field(default=None, ge=0)
 
     # compute
     forward_gflops_per_sample: float | None = Field(default=None, gt=0)

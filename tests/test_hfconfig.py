@@ -573,7 +573,7 @@ def test_qwen2_is_llama_with_qkv_biases():
 
 def test_gpt2_fields():
     m = _derive("openai-community/gpt2", GPT2)
-    assert (m.kind, m.ffn, m.max_seq_len, m.mlp, m.tied_embeddings) == ("decoder", 3072, 1024, "gelu", True)
+    assert (m.kind, m.ffn, m.max_seq_len, m.mlp, m.tied_embeddings) == ("decoder", 3072, 1024, "gelu_new", True)
     assert (m.dropout, m.softmax_fp32, m.kv_heads) == (True, False, 12)
 
 

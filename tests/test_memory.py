@@ -65,6 +65,7 @@ def estimate_case(case) -> tuple[int, int]:
         checkpointing=bool(case.get("checkpointing")),
         flash_attention=bool(case.get("flash_attention")),
         head=case.get("head", "lm"),
+        target_len=case.get("target_len"),
         persistent_grads=bool(case.get("persistent_grads")),
         context_bytes=HF_DOCS_CONTEXT_BYTES if device else 0,
     )
@@ -138,7 +139,8 @@ def test_korthikanti_activation_formula_for_gpt_shape():
     ffn = 4h, no flash). Our generalised formula must reduce to it exactly."""
     from gpusizer.memory import _layer_activation_bytes
 
-    m = ZOO.resolve("gpt2-medium")  # h=1024, a=16, ffn=4096, dropout
+    # h=1024, a=16, ffn=4096, dropout; with a fused GELU, as Megatron has
+    m = ZOO.resolve("gpt2-medium").model_copy(update={"mlp": "gelu"})
     s, b, h, a = 1024, 4, m.hidden, m.heads
     got = _layer_activation_bytes(m, s, b, 2, dropout=True, flash=False, tp=1)
     assert got == s * b * h * 34 + 5 * a * s * s * b
