@@ -377,6 +377,7 @@ def fit_model_cmd(
     batch: BatchOpt = None,
     seq_len: SeqOpt = None,
     image_size: ImageOpt = None,
+    target_len: Annotated[Optional[int], typer.Option("--target-len", min=1, help="Encoder-decoder models: decoder length (default --seq-len).")] = None,
     train: Annotated[bool, typer.Option("--train/--inference", help="Training step (default) or inference.")] = True,
     precision: Annotated[
         Optional[PrecisionOpt],
@@ -407,9 +408,9 @@ def fit_model_cmd(
     prec = precision.value if precision else ("mixed" if train else "fp16")
     cfg = _run_config(
         mode="train" if train else "inference", precision=prec, optimizer=optimizer.value, batch=batch,
-        seq_len=seq_len, image_size=image_size, checkpointing=checkpointing, flash_attention=flash_attention,
-        head=head.value, persistent_grads=grad_accumulation > 1, gpus=gpus, strategy=strategy.value,
-        context_bytes=_parse_overhead(overhead),
+        seq_len=seq_len, image_size=image_size, target_len=target_len, checkpointing=checkpointing,
+        flash_attention=flash_attention, head=head.value, persistent_grads=grad_accumulation > 1, gpus=gpus,
+        strategy=strategy.value, context_bytes=_parse_overhead(overhead),
     )
     notes: list[str] = []
     if local:
