@@ -603,3 +603,64 @@ def test_fake_machines_match_the_bundled_catalog() -> None:
         assert r.match is not None, r.hint
         assert r.match.gpu_id == expected[r.device.name or ""]
         assert r.warnings == (), r.warnings
+
+
+# ---------------------------------------------------------------------------
+# the installed command against the fake library: the --json schema and --local
+
+
+def _run_installed(fake_lib: Path | None, config: Path | None, *args: str):
+    import subprocess
+
+    from conftest import gpusizer_command
+
+    env = fx.fake_env(fake_lib, config)
+    return subprocess.run([*gpusizer_command(), *args], capture_output=True, text=True, env=env, timeout=120)
+
+
+def test_probe_json_schema_through_the_installed_command(fake_lib: Path, tmp_path: Path) -> None:
+    config = fx.write_config(tmp_path / "hgx.cfg", fx.hgx_a100_8x_host())
+    result = _run_installed(fake_lib, config, "probe", "--json")
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["schema_version"] == 1 and doc["command"] == "probe"
+    assert set(doc) == {"schema_version", "command", "input", "results", "notes"}
+    res = doc["results"]
+    assert set(res) >= {"host", "devices", "topology"}
+    assert res["host"]["driver_version"] == "550.54.15"
+    assert len(res["devices"]) == 8
+    dev = res["devices"][0]
+    for key in ("index", "name", "uuid", "pci_bus_id", "memory_total_bytes", "memory_used_bytes",
+                "memory_free_bytes", "compute_capability", "ecc_mode_current", "power_draw_w", "temperature_c",
+                "pcie_gen", "mig_mode_current", "utilization_gpu_pct", "compute_processes"):
+        assert key in dev, key
+    assert dev["name"] == "NVIDIA A100-SXM4-80GB"
+    assert dev["catalog"]["gpu_id"] == "a100-sxm4-80gb"
+    assert len(res["topology"]["pairs"]) == 28  # 8 GPUs, every pair over NVSwitch
+
+
+def test_probe_json_is_valid_when_fields_are_not_supported(fake_lib: Path, tmp_path: Path) -> None:
+    config = fx.write_config(tmp_path / "rtx.cfg", fx.rtx_3090_host())
+    doc = json.loads(_run_installed(fake_lib, config, "probe", "--json").stdout)
+    dev = doc["results"]["devices"][0]
+    assert dev["ecc_mode_current"] is None  # GeForce: NVML says NotSupported -> null, not a sentinel
+    assert dev["catalog"]["gpu_id"] == "rtx-3090"
+
+
+def test_probe_without_library_exits_5_with_a_next_step(tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    result = _run_installed(empty, None, "probe")
+    assert result.returncode == int(ExitCode.NO_DEVICE)
+    assert result.stderr.startswith("Error: ") and "Traceback" not in result.stderr
+    assert "nvidia-smi" in result.stderr or "driver" in result.stderr
+
+
+def test_fit_model_local_uses_free_memory(fake_lib: Path, tmp_path: Path) -> None:
+    config = fx.write_config(tmp_path / "v100.cfg", fx.single_v100_host())
+    result = _run_installed(fake_lib, config, "fit-model", "--model", "resnet50", "--batch", "32", "--local", "--json")
+    assert result.returncode == 0, result.stderr
+    row = json.loads(result.stdout)["results"]["gpus"][0]
+    assert row["capacity_source"] == "probe-free"
+    assert row["gpu_id"] == "v100-sxm2-16gb"
+    assert row["memory_bytes"] < 16 * GIB  # what NVML reports free, not the datasheet size
