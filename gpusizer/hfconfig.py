@@ -244,6 +244,7 @@ def _llama_like(c: _Config, model_type: str) -> dict[str, Any]:
         "tied_embeddings": tied,
         "dropout": _dropout(c, {"attention_dropout": 0.0}),
         "softmax_fp32": True,
+        "norm": "rmsnorm",  # LlamaRMSNorm: op by op
     }
 
 
@@ -419,6 +420,7 @@ def _t5(c: _Config, model_type: str) -> dict[str, Any]:
         "tied_embeddings": tied,
         "dropout": _dropout(c, {"dropout_rate": 0.1}),
         "softmax_fp32": True,
+        "norm": "rmsnorm",  # T5LayerNorm: op-by-op RMS norm
     }
 
 

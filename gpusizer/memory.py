@@ -189,8 +189,14 @@ def _layer_activation_bytes(
     # replicated across tensor-parallel ranks: the two norm inputs, their outputs
     # (the QKV and MLP inputs) and the dropout masks after the two projections.
     replicated = 2 * r * sbh + 2 * p * sbh + 2 * mask * sbh
+    if m.norm == "rmsnorm":
+        # x.to(float32).pow(2).mean() then x * rsqrt(...) then weight * (...):
+        # an fp32 tensor more per norm than a fused norm keeps
+        replicated += 2 * 4 * sbh
 
-    qkv = p * s * b * (a * d + 2 * g * d)
+    # grouped KV heads are repeated to the full head count before the attention
+    # matmuls (HF's repeat_kv), so K and V are saved at a heads each
+    qkv = p * s * b * (a * d + 2 * a * d)
     proj_in = p * s * b * a * d
     if flash:
         # no s x s matrix: the fused kernel saves its own output and an fp32
@@ -449,11 +455,17 @@ def estimate_memory(shape: ModelShape, cfg: RunConfig) -> MemoryBreakdown:
         acts, recompute, logits, modelled = activation_bytes(shape, cfg)
         # Peak: the start of backward (all activations saved plus the loss
         # gradient) or the optimizer step (all gradients, activations freed).
-        # the output head's gradients are written before any activation is freed
-        kept_grads = grads if cfg.persistent_grads else min(grads, head_gradient_bytes(shape, cfg))
-        # the loss gradient is consumed by the output head before the last layer
-        # is recomputed, so the two transients are not live together
-        start_of_backward = weights + opt + kept_grads + acts + max(recompute, logits) + transient
+        # Backward starts with the loss gradient (logits); the output head then
+        # consumes it and writes its own weight gradients, before any activation
+        # is freed and before the last layer is recomputed. So the loss gradient
+        # is not live together with the head's gradients or the recomputed layer.
+        head = min(grads, head_gradient_bytes(shape, cfg))
+        kept_grads = grads if cfg.persistent_grads else 0
+        # once cast to the logits' dtype, the loss gradient (p of its 4 + p bytes)
+        # is live with the head's gradients until the head's backward finishes
+        p_act = ACT_BYTES[cfg.precision]
+        cast = logits * p_act // (4 + p_act) if cfg.head == "lm" else logits
+        start_of_backward = weights + opt + kept_grads + acts + transient + max(logits, cast + head, head + recompute)
         optimizer_step = weights + opt + grads + transient
         if start_of_backward >= optimizer_step:
             tensor_peak, phase = start_of_backward, "backward"

@@ -53,6 +53,9 @@ class Model(BaseModel):
     experts_per_token: int | None = Field(default=None, gt=0)
     tied_embeddings: bool | None = None
     dropout: bool | None = None
+    #: rmsnorm = HF's op-by-op RMSNorm (Llama, Mistral, T5), which keeps an fp32
+    #: copy of its input besides the normalised tensor; layernorm = a fused kernel
+    norm: Literal["layernorm", "rmsnorm"] | None = None
     #: the reference implementation computes attention softmax in fp32 even in
     #: 16-bit training (HF Llama, Mistral, T5, GPT-NeoX do; GPT-2 and BERT do not)
     softmax_fp32: bool | None = None
