@@ -1082,7 +1082,9 @@ REFS_HEADER = """\
 ACT_HEADER = """\
 # Per-sample activation bytes (live at the end of a train-mode forward incl. the loss, weights and
 # buffers excluded; slope over batches 1, 2, 8) measured by benchmarks/torch_memory.py.
-# fp32: float32; mixed: torch.autocast("cpu", bfloat16) with CUDA-autocast emulation.
+# fp32: float32; mixed: torch.autocast("cpu", bfloat16) with CUDA-autocast emulation. Dropout
+# keeps a 1-byte mask as CUDA's fused kernel does (see the script's docstring, "GPU emulation").
+# Regenerate with: /tmp/torchenv/bin/python benchmarks/torch_memory.py --activations --write
 """
 
 
