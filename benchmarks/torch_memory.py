@@ -545,7 +545,7 @@ def _gpt2(arch: str, batch: int, seq: int, precision: str, attn: str, ckpt: bool
 
 
 LLAMA_SMALL_SHAPE = {"kind": "decoder", "params": None, "layers": 8, "hidden": 1024, "heads": 16,
-                     "kv_heads": 4, "ffn": 2816, "vocab": 32000, "mlp": "swiglu",
+                     "kv_heads": 4, "ffn": 2816, "vocab": 32000, "mlp": "swiglu", "norm": "rmsnorm",
                      "tied_embeddings": False, "dropout": False}
 
 
@@ -1058,6 +1058,7 @@ def ref_entry(case: Case, r: dict[str, Any], opts: Options) -> dict[str, Any]:
         "batch": case.batch,
         "image_size": case.image_size,
         "seq_len": case.seq_len,
+        **({"target_len": case.target_len} if case.target_len else {}),
         "precision": case.precision,
         "optimizer": optimizer,
         "checkpointing": case.checkpointing,
@@ -1123,7 +1124,9 @@ def act_entry(m: dict[str, Any], opts: Options) -> dict[str, Any]:
         f"Live bytes at end of forward, fp32 at b=1,2,8: {list(fp['live_bytes'].values())} "
         f"(slope {fp['slope']:.1f}, intercept {fp['intercept']:.0f}, max residual {fp['max_residual']:.0f}); "
         f"mixed: {list(mx['live_bytes'].values())} (slope {mx['slope']:.1f}, intercept "
-        f"{mx['intercept']:.0f} = mostly bf16 weight copies {mx['weight_copies']} bytes). "
+        f"{mx['intercept']:.0f}, of which bf16 weight copies made by autocast {mx['weight_copies']} bytes). "
+        "The batch-independent intercept is the loss scalar, BatchNorm's saved per-channel mean and "
+        "inverse std (fp32) and, under autocast, the weight copies. "
         f"Includes the input ({fp['input_per_sample']} bytes/sample fp32). "
         f"Autograd-graph saved-tensor slope: fp32 {fp['saved_slope']:.1f}, mixed {mx['saved_slope']:.1f}."
     )
