@@ -96,7 +96,6 @@ import dataclasses
 import fnmatch
 import gc
 import json
-import math
 import platform
 import shlex
 import sys

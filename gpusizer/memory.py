@@ -283,6 +283,16 @@ def transformer_activation_bytes(
     return stored + saved_logits, recompute, logits
 
 
+#: sequence length when none is given: the model's context, capped at 2048 tokens
+DEFAULT_SEQ_CAP = 2048
+
+
+def transformer_seq_len(m: Model, cfg: RunConfig) -> int:
+    """The sequence length a run uses: --seq-len, else the model's context
+    (512 if unknown), capped at DEFAULT_SEQ_CAP."""
+    return cfg.seq_len or min(m.max_seq_len or 512, DEFAULT_SEQ_CAP)
+
+
 def activation_bytes(shape: ModelShape, cfg: RunConfig) -> tuple[int, int, int, bool]:
     """(saved activations, recompute transient, logits/loss transient, modelled?)."""
     m = shape.model
@@ -290,7 +300,7 @@ def activation_bytes(shape: ModelShape, cfg: RunConfig) -> tuple[int, int, int, 
         return 0, 0, 0, False
     tp = cfg.gpus if cfg.strategy == "tp" else 1
     if m.is_transformer:
-        seq = cfg.seq_len or min(m.max_seq_len or 512, 2048)
+        seq = transformer_seq_len(m, cfg)
         shards = cfg.gpus if cfg.strategy in ("tp", "fsdp", "zero3") else 1
         saved, recompute, logits = transformer_activation_bytes(m, cfg, seq, tp=tp, shards=shards)
         return saved, recompute, logits, True
@@ -477,7 +487,7 @@ def estimate_memory(shape: ModelShape, cfg: RunConfig) -> MemoryBreakdown:
         acts = 0
         if m is not None and m.is_transformer:
             tp = n if strategy == "tp" else 1
-            seq = cfg.seq_len or min(m.max_seq_len or 512, 2048)
+            seq = transformer_seq_len(m, cfg)
             p_kv = ACT_BYTES[cfg.precision]
             if m.kind in ("decoder", "encoder-decoder"):
                 kv = kv_cache_bytes(m, cfg.batch, seq, p_kv, tp)

@@ -43,6 +43,7 @@ from gpusizer import datafiles
 from gpusizer.catalog import ARCH_ORDER, Gpu, Source
 from gpusizer.errors import DataFileError, UsageError
 from gpusizer.memory import (
+    DEFAULT_SEQ_CAP,
     GRAD_BYTES,
     ModelShape,
     RunConfig,
@@ -51,6 +52,7 @@ from gpusizer.memory import (
     estimate_memory,
     kv_cache_bytes,
     mlp_params,
+    transformer_seq_len,
 )
 from gpusizer.zoo import Model
 
@@ -463,10 +465,10 @@ def default_seq_len(shape: ModelShape) -> int:
     """The sequence length memory.py assumes when none is given."""
     m = shape.model
     if m is not None and m.is_transformer:
-        return min(m.max_seq_len or 512, 2048)
+        return transformer_seq_len(m, RunConfig())
     if m is not None and m.seq_len:
         return m.seq_len
-    return 2048
+    return DEFAULT_SEQ_CAP
 
 
 def _active_matrix_params(m: Model) -> int:

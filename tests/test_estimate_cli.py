@@ -168,13 +168,17 @@ def test_recommend_can_call_the_same_engine():
     gpu = load_catalog().by_id("l40s")
     est = estimate_performance(gpu, model_shape_from_params(7_000_000_000), RunConfig(mode="inference",
                                precision="fp16", batch=1), nodes=1, interconnect=None, tf32=True)
-    assert est.throughput_unit == "tokens/s" and est.throughput_per_s > 0
-    assert est.error_band > 0
+    assert est.throughput_unit == "tokens/s" and est.bound == "memory"
+    # batch-1 decode reads every fp16 weight once per token: L40S 864 GB/s over 14 GB of
+    # weights caps it at 61.7 tokens/s (datasheet bandwidth); achieved is a fraction of that
+    ceiling = gpu.bandwidth_gb_s * 1e9 / (7e9 * 2)
+    assert 0.5 * ceiling < est.throughput_per_s <= ceiling
 
 
 def test_installed_command(installed):
-    result = installed("estimate", "--help")
-    if result.returncode != 0 and "No such command" in result.stderr:
-        pytest.skip("cli.py does not import gpusizer.cli_estimate yet (the lead registers it)")
-    assert result.returncode == 0
-    assert "--price-per-hour" in result.stdout
+    result = installed("estimate", "--model", "llama-2-7b", "--gpu", "l40s", "--inference", "--batch", "1",
+                       "--seq-len", "512", "--json")
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["command"] == "estimate" and doc["results"]["throughput_unit"] == "tokens/s"
+    assert 0 < doc["results"]["throughput_per_s"] <= 864e9 / (6_738_415_616 * 2)  # bandwidth ceiling

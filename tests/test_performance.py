@@ -12,8 +12,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from gpusizer.errors import UsageError
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
