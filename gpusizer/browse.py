@@ -56,7 +56,7 @@ def numeric_fields() -> tuple[str, ...]:
 
 
 class CatalogFilter(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     segment: str | None = None
     architecture: str | None = None
@@ -101,7 +101,7 @@ def filter_gpus(gpus: Sequence[Gpu], spec: CatalogFilter) -> list[Gpu]:
 
 
 class CompareRow(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     field: str
     label: str
@@ -111,7 +111,7 @@ class CompareRow(BaseModel):
 
 
 class Comparison(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     gpus: tuple[Gpu, ...]
     notes: tuple[str, ...]

@@ -32,10 +32,15 @@ PositiveFloat = Annotated[float, Field(gt=0)]
 TFlops = Annotated[float, Field(gt=0, le=100_000)]
 
 
+# defer_build: a model's validator is built on its first validation, not when the
+# class is defined, so a run served from the validated-catalog cache never pays for it.
+_CONFIG = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+
+
 class Source(BaseModel):
     """A datasheet, whitepaper or spec page that figures come from."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = _CONFIG
 
     title: str = Field(min_length=3)
     url: str | None = None
@@ -50,7 +55,7 @@ class Gpu(BaseModel):
     that precision). Tensor figures are dense: never the 2:4-sparsity headline.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = _CONFIG
 
     # identity
     id: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*[a-z0-9]$", max_length=64)
@@ -160,7 +165,7 @@ TENSOR_FIELDS: tuple[str, ...] = (
 class Catalog(BaseModel):
     """A validated, merged catalog. ``gpus`` keeps file order."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     gpus: tuple[Gpu, ...]
     files: tuple[str, ...] = ()
@@ -185,7 +190,7 @@ class Catalog(BaseModel):
 class Resolution(BaseModel):
     """How a user-given name was matched. ``note`` says when a default was picked."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     query: str
     gpu: Gpu
@@ -373,11 +378,59 @@ def _check_catalog(gpus: Sequence[Gpu]) -> None:
 
 @functools.cache
 def _load_cached(paths: tuple[str, ...], cache_dir: Path | None) -> Catalog:
+    cached = _validated_cache_path(paths, cache_dir)
+    if cached is not None:
+        hit = datafiles.read_cache(cached)
+        if isinstance(hit, list):
+            try:
+                return Catalog.model_construct(gpus=tuple(_construct_gpu(d) for d in hit), files=paths)
+            except (KeyError, TypeError, AttributeError):
+                pass  # not a dump this version wrote: validate from the YAML instead
     documents = []
     for path in paths:
         doc = datafiles.load_yaml(Path(path), cache_dir)
         documents.append((path, _entries_from_document(doc, path)))
-    return Catalog(gpus=merge_entries(documents), files=paths)
+    catalog = Catalog(gpus=merge_entries(documents), files=paths)
+    if cached is not None:
+        datafiles.write_cache(cached, [gpu.model_dump(mode="json") for gpu in catalog.gpus])
+    return catalog
+
+
+def _validated_cache_path(paths: Sequence[str], cache_dir: Path | None) -> Path | None:
+    """Where the validated catalog for exactly these files is cached.
+
+    The key covers the bytes of every file in order, this module's own source
+    (so a changed schema or validator never trusts an old dump) and the version.
+    A dump is only written after full validation, so a hit is a catalog that
+    passed validation with the same inputs and the same rules.
+    """
+    if cache_dir is None:
+        return None
+    from gpusizer import __version__
+
+    parts = [__version__.encode(), datafiles.read_bytes_or_none(Path(__file__)) or b""]
+    for path in paths:
+        data = datafiles.read_bytes_or_none(Path(path))
+        if data is None:
+            return None  # let the normal path report the missing file
+        parts.append(data)
+    return cache_dir / f"catalog-{datafiles.content_key(*parts)}.json"
+
+
+def _construct_gpu(dump: dict[str, Any]) -> Gpu:
+    """Rebuild a Gpu from its validated JSON dump without validating it again.
+
+    JSON turns tuples into lists, so tuple fields are turned back; ``sources``
+    holds nested models. Unknown keys mean the dump is not ours.
+    """
+    if set(dump) != set(Gpu.model_fields):
+        raise KeyError("fields differ")
+    values = dict(dump)
+    values["aliases"] = tuple(values["aliases"])
+    values["sources"] = tuple(
+        Source.model_construct(title=s["title"], url=s["url"], fields=tuple(s["fields"])) for s in values["sources"]
+    )
+    return Gpu.model_construct(**values)
 
 
 def load_catalog(extra: Sequence[str | Path] = (), cache_dir: Path | None = None) -> Catalog:

@@ -66,17 +66,42 @@ def load_yaml(path: Path, cache_dir: Path | None = None) -> Any:
         import hashlib
 
         cached = cache_dir / f"yaml-{hashlib.sha256(data).hexdigest()}.json"
-        try:
-            return json.loads(cached.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            pass
+        hit = read_cache(cached)
+        if hit is not None:
+            return hit
     doc = _load_yaml_text(text, str(path))
     if cached is not None:
-        _write_cache(cached, doc)
+        write_cache(cached, doc)
     return doc
 
 
-def _write_cache(target: Path, doc: Any) -> None:
+def content_key(*parts: bytes) -> str:
+    """SHA-256 over length-prefixed parts, for cache file names."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(len(part).to_bytes(8, "little"))
+        digest.update(part)
+    return digest.hexdigest()
+
+
+def read_bytes_or_none(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return None
+
+
+def read_cache(path: Path) -> Any:
+    """A cached JSON document, or None when it is missing or unreadable."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def write_cache(target: Path, doc: Any) -> None:
     try:
         encoded = json.dumps(doc)
         if json.loads(encoded) != doc:

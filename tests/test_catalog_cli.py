@@ -248,3 +248,51 @@ def test_closed_pipe_is_quiet(installed):
     result = subprocess.run(f"{cmd} catalog list --json | head -1", shell=True, capture_output=True, text=True)
     assert result.stdout.strip() == "{"
     assert "Error" not in result.stderr and "Traceback" not in result.stderr
+
+
+# --------------------------------------------------------------------------
+# the validated-catalog cache
+
+
+def _fresh_load(extra, cache_dir):
+    from gpusizer import catalog
+
+    catalog._load_cached.cache_clear()
+    try:
+        return catalog.load_catalog(extra, cache_dir=cache_dir)
+    finally:
+        catalog._load_cached.cache_clear()
+
+
+def test_cached_catalog_equals_the_validated_one(tmp_path):
+    first = _fresh_load([], tmp_path)  # validates, then writes the dump
+    assert len(list(tmp_path.glob("catalog-*.json"))) == 1
+    second = _fresh_load([], tmp_path)  # built from the dump without validating
+    assert second == first
+    for a, b in zip(first.gpus, second.gpus):
+        assert a == b and hash(a) == hash(b)
+        assert isinstance(b.aliases, tuple) and isinstance(b.sources, tuple)
+        assert all(type(s).__name__ == "Source" and isinstance(s.fields, tuple) for s in b.sources)
+    assert second.resolve("Tesla V100-SXM2-16GB").gpu.memory_bytes == 16 * 2**30
+
+
+def test_cache_never_hides_a_changed_user_file(tmp_path, installed):
+    user = tmp_path / "mine.yaml"
+    user.write_text("gpus:\n  - id: v100-sxm2-16gb\n    launch_price_usd: 9000\n")
+    env = {"GPUSIZER_CACHE_DIR": str(tmp_path / "cache")}
+    ok = installed("catalog", "show", "v100-sxm2-16gb", "--catalog", str(user), "--json", env=env)
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)["results"]["launch_price_usd"] == 9000
+    user.write_text("gpus:\n  - id: v100-sxm2-16gb\n    launch_price_usd: -5\n")
+    bad = installed("catalog", "show", "v100-sxm2-16gb", "--catalog", str(user), "--json", env=env)
+    assert bad.returncode == 3
+    assert "mine.yaml: entry 'v100-sxm2-16gb': launch_price_usd" in bad.stderr
+
+
+def test_foreign_cache_dump_is_ignored(tmp_path):
+    _fresh_load([], tmp_path)
+    (dump,) = tmp_path.glob("catalog-*.json")
+    dump.write_text(json.dumps([{"id": "not-a-gpu", "surprise": 1}]))
+    again = _fresh_load([], tmp_path)
+    assert len(again.gpus) == len(load_catalog().gpus)
+    assert again.by_id("p100-sxm2-16gb").fp64_tflops == 5.3
