@@ -49,12 +49,15 @@ class GpuFit(BaseModel):
     fits: bool
     total_bytes: int
     headroom_bytes: int
-    #: largest per-GPU batch at the requested GPU count; null if batch 1 does not fit
+    #: largest per-GPU batch at the requested GPU count; null if batch 1 does not
+    #: fit, or if it is unknown (``max_batch_reason`` says which)
     max_batch: int | None
     #: fewest GPUs under the chosen strategy; null if no count up to 4096 is enough
     min_gpus: int | None
     #: rule-of-thumb method only: parameters that fit by the classic rule
     rule_of_thumb_params: int | None = None
+    #: why ``max_batch`` is null; null when it is a number
+    max_batch_reason: str | None = None
 
 
 class FitReport(BaseModel):
@@ -78,8 +81,19 @@ def capacities_from_catalog(gpus: Sequence[Gpu]) -> list[Capacity]:
     return [Capacity(gpu=g, label=g.id, memory_bytes=g.memory_bytes) for g in gpus]
 
 
+#: why a --params-only run has no largest batch
+UNKNOWN_BATCH_REASON = "unknown: without the model's shape its activations, which grow with the batch, are not modelled"
+
+
 def fit_one(shape: ModelShape, cfg: RunConfig, cap: Capacity, breakdown: MemoryBreakdown) -> GpuFit:
     total = breakdown.total_bytes
+    max_batch = largest_batch(shape, cfg, cap.memory_bytes)
+    reason = None
+    if max_batch is None:
+        reason = "batch 1 does not fit"
+    elif shape.model is None:
+        # memory would not grow with the batch, so any batch would "fit": say unknown
+        max_batch, reason = None, UNKNOWN_BATCH_REASON
     return GpuFit(
         gpu_id=cap.gpu.id if cap.gpu else None,
         gpu_name=cap.gpu.name if cap.gpu else cap.label,
@@ -88,7 +102,8 @@ def fit_one(shape: ModelShape, cfg: RunConfig, cap: Capacity, breakdown: MemoryB
         fits=fits(shape, cfg, cap.memory_bytes),
         total_bytes=total,
         headroom_bytes=cap.memory_bytes - total,
-        max_batch=largest_batch(shape, cfg, cap.memory_bytes),
+        max_batch=max_batch,
+        max_batch_reason=reason,
         min_gpus=fewest_gpus(shape, cfg, cap.memory_bytes),
     )
 
@@ -125,6 +140,7 @@ def fit_rule_of_thumb(shape: ModelShape, cfg: RunConfig, capacities: Sequence[Ca
                 total_bytes=rule_of_thumb_bytes(shape.params),
                 headroom_bytes=cap.memory_bytes - rule_of_thumb_bytes(shape.params),
                 max_batch=None,
+                max_batch_reason="the rule of thumb has no batch",
                 min_gpus=math.ceil(shape.params / usable) if usable else None,
                 rule_of_thumb_params=usable,
             )

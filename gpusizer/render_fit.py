@@ -89,7 +89,12 @@ def gpu_table(report: Any, limit: int | None = None) -> Any:
     for g in rows:
         label = g.gpu_id or g.gpu_name
         mem = format_bytes(g.memory_bytes) + (" free" if g.capacity_source == "probe-free" else "")
-        extra = format_count(g.rule_of_thumb_params) if rule else fmt(g.max_batch)
+        if rule:
+            extra = format_count(g.rule_of_thumb_params)
+        elif g.max_batch is None and g.fits:
+            extra = "unknown"  # --params only: activations, which set the batch, are not modelled
+        else:
+            extra = fmt(g.max_batch)
         table.add_row(
             label, mem, "yes" if g.fits else "no", format_bytes(g.headroom_bytes), extra,
             fmt(g.min_gpus) if g.min_gpus is not None else "n/a",

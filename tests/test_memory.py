@@ -306,3 +306,17 @@ def test_fp64_counts_eight_bytes(cli_json):
     doc = cli_json("recommend", "--workload", "hpc", "--params", "1B", "--show-excluded")
     excluded = {e["gpu_id"] for e in doc["results"]["excluded"]} if "excluded" in doc["results"] else set()
     assert "rtx-3060-12gb" in excluded  # 32 GB of fp64 state does not fit in 12 GiB
+
+
+def test_params_only_model_has_no_invented_largest_batch(cli, cli_json):
+    """With --params alone the activations are unknown, so memory would not grow with
+    the batch; the largest batch is reported as unknown, not as the search limit."""
+    doc = cli_json("fit-model", "--params", "60M", "--gpu", "v100")
+    row = doc["results"]["gpus"][0]
+    assert row["fits"] is True and row["max_batch"] is None
+    assert row["max_batch_reason"].startswith("unknown")
+    shaped = cli_json("fit-model", "--model", "alexnet", "--batch", "128", "--gpu", "v100")["results"]["gpus"][0]
+    assert 1000 < shaped["max_batch"] < 10_000 and shaped["max_batch_reason"] is None
+    human = cli("fit-model", "--params", "60M", "--gpu", "v100")
+    assert human.exit_code == 0
+    assert "unknown" in human.stdout and "1,048,576" not in human.stdout
