@@ -227,6 +227,18 @@ class GpuResult(BaseModel):
         return tuple(sorted((c for c in self.contributions if c.points > 0), key=lambda c: -c.points))
 
 
+class ShardedOption(BaseModel):
+    """GPUs excluded only because the model does not fit on one, grouped by how many
+    GPUs a sharded run on them needs (memory.fewest_gpus)."""
+
+    model_config = _FROZEN
+
+    strategy: str
+    gpus: int
+    #: labels, best score first
+    gpu_ids: tuple[str, ...]
+
+
 class Recommendation(BaseModel):
     model_config = _FROZEN
 
@@ -260,6 +272,8 @@ class Recommendation(BaseModel):
     qualified: int
     price_basis: str
     excluded: tuple[GpuResult, ...]
+    #: GPUs excluded only by the memory fit, and what a sharded run on them needs
+    sharded_options: tuple[ShardedOption, ...] = ()
     notes: tuple[str, ...] = ()
 
 
@@ -664,7 +678,9 @@ def recommend(
         memory_needed_bytes=memory_needed, speed_basis=basis,
         speed_method="proxy" if _proxy_field(wl.speed, req) else "performance-model", speed_unit=unit, value_unit=value_unit, sort=req.sort,
         criteria=criteria, constraints_applied=tuple(applied), key_fields=key_fields, ranked=tuple(ranked),
-        beyond_top=tuple(beyond), qualified=len(qualified), price_basis=price_basis, excluded=excluded_results, notes=tuple(dict.fromkeys(notes)),
+        beyond_top=tuple(beyond), qualified=len(qualified), price_basis=price_basis, excluded=excluded_results,
+        sharded_options=_sharded_options(results, req, mem_cfg) if req.shape is not None else (),
+        notes=tuple(dict.fromkeys(notes)),
     )
 
 
@@ -678,17 +694,38 @@ def _show(value: Any) -> str:
     return str(value)
 
 
+def _sharded_need(gfit: GpuFit, req: RecommendRequest, cfg: RunConfig) -> tuple[str, int | None]:
+    """The sharding strategy to suggest (the user's, else tp to serve, fsdp to train) and
+    the fewest GPUs that hold the model with it (memory.fewest_gpus)."""
+    alternative = cfg.strategy if cfg.strategy != "ddp" else ("tp" if cfg.mode == "inference" else "fsdp")
+    if req.shape is None:
+        return alternative, None
+    return alternative, fewest_gpus(req.shape, cfg.model_copy(update={"strategy": alternative}), gfit.memory_bytes)
+
+
 def _fit_message(gfit: GpuFit, req: RecommendRequest, cfg: RunConfig) -> str:
-    """Why the model does not fit, and what sharding would take (memory.fewest_gpus)."""
+    """Why the model does not fit, and what sharding would take."""
     msg = (f"does not fit: needs {format_bytes(gfit.total_bytes)} per GPU, has {format_bytes(gfit.memory_bytes)}"
            + (" free" if gfit.capacity_source == "probe-free" else ""))
-    if req.shape is None:
-        return msg
-    alternative = cfg.strategy if cfg.strategy != "ddp" else ("tp" if cfg.mode == "inference" else "fsdp")
-    need = fewest_gpus(req.shape, cfg.model_copy(update={"strategy": alternative}), gfit.memory_bytes)
+    alternative, need = _sharded_need(gfit, req, cfg)
     if need is not None:
         msg += f"; with --strategy {alternative} it needs {need} GPUs"
     return msg
+
+
+def _sharded_options(results: Sequence[GpuResult], req: RecommendRequest, cfg: RunConfig) -> tuple[ShardedOption, ...]:
+    """Group the GPUs that only the memory fit excluded by the GPU count a sharded run needs."""
+    groups: dict[tuple[str, int], list[GpuResult]] = {}
+    for res in results:
+        if not res.excluded_by or res.fit is None or any(f.kind != "fit" for f in res.excluded_by):
+            continue
+        strategy, need = _sharded_need(res.fit, req, cfg)
+        if need is not None and need > cfg.gpus:
+            groups.setdefault((strategy, need), []).append(res)
+    return tuple(
+        ShardedOption(strategy=strategy, gpus=need, gpu_ids=tuple(r.label for r in sorted(rs, key=lambda r: -r.score)))
+        for (strategy, need), rs in sorted(groups.items(), key=lambda kv: kv[0][1])
+    )
 
 
 def _key_fields(criteria: Sequence[Criterion]) -> tuple[str, ...]:

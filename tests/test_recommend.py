@@ -742,3 +742,20 @@ def test_local_flag_ranks_this_machines_gpus_through_nvml(tmp_path):
     assert [g["gpu_id"] for g in ranked] == ["a100-sxm4-80gb", "rtx-3090"]
     assert ranked[0]["label"] == "a100-sxm4-80gb (GPU 0, 1)"
     assert math.isclose(ranked[0]["speed"]["relative"], 1.0)
+
+
+def test_memory_only_exclusions_say_what_sharded_run_would_hold_the_model(cli_json):
+    """Llama 2 70B in fp16 needs ~138 GiB: an 80 GB H100 is excluded alone, listed as
+    holding it with 2-way tensor parallelism, and qualifies when rerun that way."""
+    doc = cli_json("recommend", "--workload", "llm-inference", "--model", "llama-2-70b")
+    options = {(o["strategy"], o["gpus"]): o["gpu_ids"] for o in doc["results"]["sharded_options"]}
+    assert "h100-sxm5-80gb" in options[("tp", 2)]
+    assert "rtx-4090" in options[("tp", 8)]  # 4-way tp still needs 35 GiB per 24 GB card
+    # only GPUs that nothing but the memory fit excluded are listed
+    listed = {g for ids in options.values() for g in ids}
+    excluded = {r["label"]: r["excluded_by"] for r in doc["results"]["excluded"]}
+    assert listed <= set(excluded)
+    assert all(all(f["kind"] == "fit" for f in excluded[g]) for g in listed)
+    again = cli_json("recommend", "--workload", "llm-inference", "--model", "llama-2-70b", "--gpus", "2",
+                     "--strategy", "tp", "--top", "50")
+    assert "h100-sxm5-80gb" in {r["gpu_id"] for r in again["results"]["ranked"]}
