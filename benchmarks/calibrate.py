@@ -18,12 +18,14 @@ The split (deterministic, documented in docs/method.md):
 
 The constants (data/calibration.yaml):
   For each workload class, an "all" entry (compute efficiency, memory efficiency,
-  and for single-stream decode a per-layer overhead) fitted on all of the class's
-  calibration rows; and a generation-specific entry where the class has at least
-  MIN_ROWS calibration rows on at least MIN_GPUS GPUs of that generation. One
+  and for decode a per-layer overhead and the bandwidth per SM of small-batch
+  matrix-vector kernels) fitted on all of the class's calibration rows; and a
+  generation-specific entry where the class has at least MIN_ROWS calibration
+  rows on at least MIN_GPUS GPUs of that generation. One
   data-parallel overhead is fitted on the multi-GPU training rows. The fit
   minimises the mean absolute log error, by coordinate descent over each
-  constant's logarithm (golden-section search within bounds).
+  constant's logarithm (a coarse scan of its bounds, then golden-section search
+  around the best point).
 """
 
 from __future__ import annotations
@@ -323,6 +325,7 @@ BOUNDS = {
     "compute_efficiency": (0.02, 1.0),
     "memory_efficiency": (0.05, 1.0),
     "layer_overhead_us": (0.0, 2000.0),
+    "sm_bandwidth_gb_s": (1.0, 100.0),
     "data_parallel_overhead": (0.0, 0.5),
     "roofline_exponent": (1.0, 8.0),
 }
@@ -330,6 +333,8 @@ BOUNDS = {
 GRID = tuple(round(0.05 * (20 ** (k / 11)), 4) for k in range(12))
 #: classes whose per-layer overhead is fitted (single-stream decode is launch-bound)
 OVERHEAD_CLASSES = ("llm-decode",)
+#: classes whose per-SM matrix-vector bandwidth is fitted (small-batch decode)
+SM_BANDWIDTH_CLASSES = ("llm-decode",)
 
 
 def _loss(cases: list[Case], cal: Calibration) -> float:
@@ -355,6 +360,15 @@ def _golden(f: Any, lo: float, hi: float, iters: int = 28) -> float:
     return (a + b) / 2
 
 
+def _bracketed(f: Any, lo: float, hi: float, points: int = 17) -> float:
+    """Minimise f on [lo, hi]: a coarse scan first (the loss over one constant can have
+    flat stretches and several valleys, which a golden-section search alone can miss),
+    then a golden-section search between the best point's neighbours."""
+    xs = [lo + (hi - lo) * k / (points - 1) for k in range(points)]
+    k = min(range(points), key=lambda j: f(xs[j]))
+    return _golden(f, xs[max(0, k - 1)], xs[min(points - 1, k + 1)])
+
+
 def _replace_entry(cal: Calibration, index: int, **update: Any) -> Calibration:
     entries = list(cal.efficiencies)
     entries[index] = entries[index].model_copy(update=update)
@@ -376,10 +390,12 @@ def _structure(calib: list[Case]) -> list[Efficiency]:
     for wl in sorted(by_class):
         rows = by_class[wl]
         overhead = 50.0 if wl in OVERHEAD_CLASSES else 0.0
-        fitted = ("compute_efficiency", "memory_efficiency") + (("layer_overhead_us",) if overhead else ())
+        sm_bw = 20.0 if wl in SM_BANDWIDTH_CLASSES else 0.0
+        fitted = (("compute_efficiency", "memory_efficiency") + (("layer_overhead_us",) if overhead else ())
+                  + (("sm_bandwidth_gb_s",) if sm_bw else ()))
         entries.append(Efficiency(workload=wl, generation="all", compute_efficiency=0.4, memory_efficiency=0.6,
-                                  layer_overhead_us=overhead, fitted_on=tuple(sorted(c.id for c in rows)),
-                                  fitted=fitted))
+                                  layer_overhead_us=overhead, sm_bandwidth_gb_s=sm_bw,
+                                  fitted_on=tuple(sorted(c.id for c in rows)), fitted=fitted))
         for gen in GENERATIONS:
             sub = [c for c in rows if gen_of[c.gpu.architecture] == gen]
             if len(sub) == len(rows):
@@ -424,7 +440,8 @@ def fit(calib: list[Case], sweeps: int = 4, verbose: bool = False, fit_exponent:
                 # inherit what is not fitted from the class's "all" entry
                 parent = next(e for e in cal.efficiencies if e.workload == entry.workload and e.generation == "all")
                 inherit = {k: getattr(parent, k) for k in ("compute_efficiency", "memory_efficiency",
-                                                            "layer_overhead_us") if k not in entry.fitted}
+                                                            "layer_overhead_us", "sm_bandwidth_gb_s")
+                           if k not in entry.fitted}
                 target = _replace_entry(target, idx, **inherit)
                 cal = _replace_entry(cal, i, **inherit)
                 entry = cal.efficiencies[i]
@@ -440,17 +457,14 @@ def fit(calib: list[Case], sweeps: int = 4, verbose: bool = False, fit_exponent:
                 cal = _replace_entry(cal, i, compute_efficiency=best[1], memory_efficiency=best[2])
             for name in params:
                 lo, hi = BOUNDS[name]
+                linear = name == "layer_overhead_us"
 
-                def f(x: float, name: str = name) -> float:
-                    value = math.exp(x) if name != "layer_overhead_us" else x
+                def f(x: float, name: str = name, linear: bool = linear) -> float:
+                    value = x if linear else math.exp(x)
                     return _loss(rows, _replace_entry(target, idx, **{name: value}))
 
-                if name == "layer_overhead_us":
-                    best = _golden(f, lo, hi)
-                    value = best
-                else:
-                    best = _golden(f, math.log(lo), math.log(hi))
-                    value = math.exp(best)
+                best = _bracketed(f, lo, hi) if linear else _bracketed(f, math.log(lo), math.log(hi))
+                value = best if linear else math.exp(best)
                 target = _replace_entry(target, idx, **{name: value})
                 cal = _replace_entry(cal, i, **{name: value})
         if multi:
@@ -514,6 +528,7 @@ def _rounded(cal: Calibration) -> Calibration:
             "compute_efficiency": round(e.compute_efficiency, 4),
             "memory_efficiency": round(e.memory_efficiency, 4),
             "layer_overhead_us": round(e.layer_overhead_us, 2),
+            "sm_bandwidth_gb_s": round(e.sm_bandwidth_gb_s, 3),
         })
         for e in cal.efficiencies
     )
@@ -558,7 +573,8 @@ def write_calibration(cal: Calibration, rep: dict[str, Any]) -> None:
         "# the class's fallback) and lists the reference rows (tests/data/perf_refs.yaml) it was fitted on.\n"
         "# compute_efficiency: fraction of the precision's peak reached on matmul/convolution FLOPs;\n"
         "# memory_efficiency: fraction of memory bandwidth reached on the modelled traffic;\n"
-        "# layer_overhead_us: fixed time per layer and step (launch-bound single-stream decode).\n"
+        "# layer_overhead_us: fixed time per layer and step (launch-bound single-stream decode);\n"
+        "# sm_bandwidth_gb_s: bandwidth one SM sustains in small-batch matrix-vector decode kernels (0: no limit).\n"
         "# The model and the split are described in docs/method.md (\"Performance\").\n"
     )
     OUT.write_text(header + yaml.safe_dump(doc, sort_keys=False, width=110), encoding="utf-8")
@@ -590,7 +606,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"roofline exponent {cal.roofline_exponent}, data-parallel overhead {cal.data_parallel_overhead}")
     for e in cal.efficiencies:
         print(f"  {e.workload:<17} {e.generation:<17} eta_c {e.compute_efficiency:.3f} eta_m {e.memory_efficiency:.3f} "
-              f"overhead {e.layer_overhead_us:.1f} us  ({len(e.fitted_on)} rows)")
+              f"overhead {e.layer_overhead_us:.1f} us sm_bw {e.sm_bandwidth_gb_s:.2f} GB/s  ({len(e.fitted_on)} rows)")
     print(f"constants: {rep['constants']} ({len(cal.efficiencies)} efficiency entries + roofline exponent + data-parallel overhead)")
     print(f"calibration: {c['cases']} rows on {len(c['gpus'])} GPUs, median |error| {c['median_abs_rel_error']:.1%}")
     print(f"held out:    {h['cases']} rows on {len(h['gpus'])} GPUs ({', '.join(rep['held_out_gpus'])}), "

@@ -31,7 +31,7 @@ from gpusizer.cli import (
     app,
     guarded,
 )
-from gpusizer.errors import ExitCode, UsageError
+from gpusizer.errors import ExitCode, NothingFitsError, UsageError
 
 
 class EstPrecisionOpt(str, Enum):
@@ -143,13 +143,40 @@ def estimate_cmd(
         image_size=image_size, checkpointing=checkpointing, flash_attention=flash_attention, head=head.value,
         persistent_grads=grad_accumulation > 1, gpus=gpus, strategy=strategy.value,
     )
+    from gpusizer.memory import sharding_gpus
+
+    def run_inputs() -> dict:
+        return {
+            "model": shape.name, "params": shape.params, "gpu": gpu, "resolved_id": g.id, "gpus": gpus,
+            "nodes": nodes, "interconnect": interconnect, "nics_per_node": nics_per_node, "precision": prec,
+            "memory_precision": mem_prec, "tf32": not no_tf32, "batch": cfg.batch, "seq_len": cfg.seq_len,
+            "image_size": cfg.image_size, "mode": mode, "phase": ph, "optimizer": cfg.optimizer,
+            "strategy": cfg.strategy, "grad_accumulation": grad_accumulation, "epochs": epochs,
+            "dataset_size": dataset_size, "tokens": tokens, "price_per_hour": price_per_hour,
+            "catalog_files": list(cat.files),
+        }
+
     if batch is None:
-        choice = perf.default_batch(shape, cfg, g.memory_bytes, precision=prec, phase=ph, nodes=nodes)
+        try:
+            choice = perf.default_batch(shape, cfg, g.memory_bytes, precision=prec, phase=ph, nodes=nodes)
+        except NothingFitsError as exc:
+            if not json_out:
+                raise
+            # --json still prints its document: what was asked, and why there is no estimate
+            from gpusizer.render import emit_json, envelope
+            from gpusizer.render_estimate import nothing_fits_json
+
+            one = estimate_memory(shape, cfg.model_copy(update={"gpus": sharding_gpus(cfg.strategy, gpus, nodes)}))
+            memory = {"per_gpu_bytes": one.total_bytes, "capacity_bytes": g.memory_bytes, "fits": False}
+            inputs = {**run_inputs(), "batch": None}
+            why = exc.message + (f"; {exc.hint}" if exc.hint else "")
+            emit_json(envelope("estimate", inputs, nothing_fits_json(g, exc.message, exc.hint, memory),
+                               list(dict.fromkeys([*notes, why]))))
+            raise typer.Exit(int(ExitCode.NOTHING_FITS)) from None
         cfg = cfg.model_copy(update={"batch": choice.batch})
         batch_note = choice.reason
     else:
         batch_note = "given"
-    from gpusizer.memory import sharding_gpus
 
     mem_cfg = cfg.model_copy(update={"gpus": sharding_gpus(cfg.strategy, gpus, nodes)})
     mem = estimate_memory(shape, mem_cfg)
@@ -173,15 +200,7 @@ def estimate_cmd(
         notes.append("cost unknown: give --price-per-hour (USD per GPU-hour); catalog launch prices are purchase "
                      "prices, not hourly ones")
 
-    inputs = {
-        "model": shape.name, "params": shape.params, "gpu": gpu, "resolved_id": g.id, "gpus": gpus,
-        "nodes": nodes, "interconnect": interconnect, "nics_per_node": nics_per_node, "precision": prec,
-        "memory_precision": mem_prec, "tf32": not no_tf32, "batch": cfg.batch, "seq_len": cfg.seq_len,
-        "image_size": cfg.image_size, "mode": mode, "phase": ph, "optimizer": cfg.optimizer,
-        "strategy": cfg.strategy, "grad_accumulation": grad_accumulation, "epochs": epochs,
-        "dataset_size": dataset_size, "tokens": tokens, "price_per_hour": price_per_hour,
-        "catalog_files": list(cat.files),
-    }
+    inputs = run_inputs()
     memory = {"per_gpu_bytes": mem.total_bytes, "capacity_bytes": g.memory_bytes, "fits": fits}
     if json_out:
         from gpusizer.render import emit_json, envelope

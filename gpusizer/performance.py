@@ -14,7 +14,10 @@ A calibrated roofline. Every formula is explained in ``docs/method.md``
   over bandwidth and a fixed per-layer overhead where calibrated (single-stream
   decode);
 * **peak**: the precision's Tensor Core peak where the GPU has one, else the
-  CUDA-core rate; ``fp32`` runs as TF32 on Ampere and newer unless ``tf32=False``;
+  CUDA-core rate; ``fp32`` runs as TF32 on Ampere and newer unless ``tf32=False``.
+  Decode at batch <= 8 runs matrix-vector kernels on CUDA cores (FP32 rate), and
+  their weight stream is capped at SMs x a calibrated bandwidth per SM (Little's
+  law: these kernels keep few bytes in flight per SM);
 * **communication**: ring all-reduce ``2(N-1)/N * S / B`` plus NCCL's per-step
   latency, overlapped with the backward pass; tensor parallelism all-reduces
   activations twice per layer and pass. GeForce cards cannot use GPUDirect RDMA
@@ -100,6 +103,17 @@ CNN_FLOPS_PER_ACTIVATION = 8.178e9 / 11_113_984
 #: LSTM elements written per layer, step and hidden unit: four gates before and
 #: after their nonlinearity, the cell and the hidden state.
 LSTM_ACTIVATIONS_PER_HIDDEN = 10
+#: Decode batches up to this size run matrix-vector kernels, not Tensor Core GEMMs:
+#: llama.cpp's mul_mat_vec_q handles batches up to MMVQ_MAX_BATCH_SIZE = 8
+#: (ggml/src/ggml-cuda/mmvq.cuh); Tensor Core MMA tiles are at least 8 rows wide.
+GEMV_MAX_BATCH = 8
+#: FP32 lanes ("CUDA cores") per SM by compute capability, from the CUDA C++
+#: Programming Guide's table "Throughput of Native Arithmetic Instructions"
+#: (32-bit floating-point add, multiply, multiply-add results per clock per SM).
+FP32_LANES_PER_SM: dict[str, int] = {
+    "5.0": 128, "5.2": 128, "5.3": 128, "6.0": 64, "6.1": 128, "6.2": 128, "7.0": 64, "7.2": 64, "7.5": 64,
+    "8.0": 64, "8.6": 128, "8.7": 128, "8.9": 128, "9.0": 128, "10.0": 128, "12.0": 128,
+}
 
 
 # --------------------------------------------------------------------------
@@ -181,9 +195,14 @@ class Efficiency(BaseModel):
     #: fixed time per layer and step (kernel launches, synchronisation) at
     #: REFERENCE_CLOCK_MHZ; it scales with 1 / the GPU's boost clock
     layer_overhead_us: float = Field(default=0.0, ge=0, le=100_000)
+    #: memory bandwidth one SM sustains in matrix-vector (small-batch decode)
+    #: kernels, decimal GB/s; 0 = no such limit. Little's law: bandwidth = bytes
+    #: in flight / latency, and these kernels keep few bytes in flight per SM.
+    sm_bandwidth_gb_s: float = Field(default=0.0, ge=0, le=10_000)
     #: which of the values above were fitted for this entry; the others are
     #: taken from the workload's "all" entry
-    fitted: tuple[Literal["compute_efficiency", "memory_efficiency", "layer_overhead_us"], ...] = (
+    fitted: tuple[Literal["compute_efficiency", "memory_efficiency", "layer_overhead_us",
+                          "sm_bandwidth_gb_s"], ...] = (
         "compute_efficiency", "memory_efficiency",
     )
     #: reference case ids (tests/data/perf_refs.yaml) the values were fitted on
@@ -423,6 +442,9 @@ class Work(BaseModel):
     #: micro-batches per optimizer step: the optimizer step and the gradient
     #: all-reduce happen once per this many steps
     grad_accumulation: int = 1
+    #: small-batch decode: the weights stream through matrix-vector kernels on
+    #: CUDA cores (batch <= GEMV_MAX_BATCH), not Tensor Core GEMMs
+    gemv: bool = False
     notes: tuple[str, ...] = ()
 
 
@@ -631,6 +653,7 @@ def model_work(
         matmul_flops=flops, matmul_bytes=float(weights_read), activation_bytes=act, optimizer_bytes=opt,
         layers=int(layers), gradient_bytes=grads, tp_allreduces=tp_allreduces, tp_allreduce_bytes=tp_bytes,
         grad_accumulation=grad_accumulation if train else 1, notes=tuple(notes),
+        gemv=wl == "llm-decode" and b <= GEMV_MAX_BATCH,
     )
 
 
@@ -747,16 +770,35 @@ def allreduce_time_s(size_bytes: float, gpus_per_node: int, nodes: int, link: Li
 # the estimate
 
 
+def sm_count(gpu: Gpu) -> int | None:
+    """Streaming multiprocessors: CUDA cores over the FP32 lanes per SM of the compute capability."""
+    lanes = FP32_LANES_PER_SM.get(gpu.compute_capability)
+    if gpu.cuda_cores is None or lanes is None:
+        return None
+    return max(1, round(gpu.cuda_cores / lanes))
+
+
 def _step(
     work: Work, gpu: Gpu, precision: str, tf32: bool, cal: Calibration,
 ) -> tuple[float, float, float, float, float, str, tuple[str, ...], Any]:
     """(compute_s, memory_s, overhead_s, step_s without comm, peak, label, notes, efficiency)."""
     peak, label, notes = peak_tflops(gpu, precision, tf32=tf32)
+    if work.gemv and gpu.fp32_tflops < peak:
+        # matrix-vector kernels (llama.cpp mul_mat_vec_q / dequantize_mul_mat_vec, the GEMV
+        # paths of serving engines) dequantize and multiply on CUDA cores, not Tensor Cores
+        peak, label = gpu.fp32_tflops, "fp32 CUDA cores (matrix-vector decode)"
+        notes = (f"decode at batch <= {GEMV_MAX_BATCH} runs matrix-vector kernels on CUDA cores, not Tensor Cores",)
     eff = cal.lookup(work.workload, gpu.architecture)
     flops_rate = peak * 1e12 * eff.compute_efficiency
     byte_rate = gpu.bandwidth_gb_s * 1e9 * eff.memory_efficiency
     compute_s = work.matmul_flops / flops_rate
-    matmul_mem_s = work.matmul_bytes / byte_rate
+    matmul_rate = byte_rate
+    sms = sm_count(gpu)
+    if work.gemv and eff.sm_bandwidth_gb_s > 0 and sms and sms * eff.sm_bandwidth_gb_s * 1e9 < byte_rate:
+        matmul_rate = sms * eff.sm_bandwidth_gb_s * 1e9
+        notes = (*notes, f"matrix-vector kernels keep few bytes in flight: the weight stream is capped at {sms} SMs "
+                         f"x {eff.sm_bandwidth_gb_s:.1f} GB/s = {matmul_rate / 1e9:,.0f} GB/s (calibrated, Little's law)")
+    matmul_mem_s = work.matmul_bytes / matmul_rate
     clock = REFERENCE_CLOCK_MHZ / gpu.boost_clock_mhz if gpu.boost_clock_mhz else 1.0
     overhead_s = work.layers * eff.layer_overhead_us * 1e-6 * clock
     act_mem_s = work.activation_bytes / byte_rate
@@ -826,8 +868,10 @@ def estimate_performance(
         size = work.gradient_bytes * volume
         calls = max(1, math.ceil(size / DDP_BUCKET_BYTES))
         t_ar = allreduce_time_s(size, ring_gpn, nodes, link, calls=calls)
-        # DDP overlaps all-reduce with backward (2/3 of the step); ZeRO-3/FSDP
-        # prefetch parameters during forward too. The last bucket never overlaps.
+        # DDP overlaps all-reduce with backward (Li et al., "PyTorch Distributed", VLDB 2020),
+        # and backward is 2/3 of the step: twice the forward FLOPs (the 6N-per-token count
+        # of Kaplan et al. 2020, 2N forward + 4N backward). ZeRO-3/FSDP prefetch parameters
+        # during forward too. The last bucket never overlaps.
         # With gradient accumulation it runs once per grad_accumulation micro-batches.
         window = base_step if cfg.strategy in ("zero3", "fsdp") else base_step * 2.0 / 3.0
         tail = t_ar * min(1.0, DDP_BUCKET_BYTES / size) if size > 0 else 0.0
@@ -1060,5 +1104,6 @@ __all__ = [
     "load_interconnects",
     "peak_tflops",
     "scaling_curve",
+    "sm_count",
     "time_to_train",
 ]

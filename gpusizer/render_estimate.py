@@ -71,6 +71,39 @@ def estimate_json(
     return out
 
 
+def nothing_fits_json(gpu: Any, reason: str, hint: str | None, memory: dict[str, Any]) -> dict[str, Any]:
+    """The ``results`` object of ``gpusizer estimate --json`` when not even batch 1 fits
+    (exit code 4): the same keys as :func:`estimate_json`, with no speed."""
+    return {
+        "gpu": gpu.id,
+        "gpu_name": gpu.name,
+        "fits": False,
+        "reason": reason,
+        "hint": hint,
+        "throughput_per_s": None,
+        "throughput_unit": None,
+        "step_time_s": None,
+        "bound": None,
+        "batch_per_gpu": None,
+        "batch_source": "nothing fits: batch 1 exceeds the GPU's memory",
+        "memory": memory,
+        "scaling_curve": [],
+        "time_to_train": None,
+        "cost_usd": None,
+        "estimate": None,
+    }
+
+
+def _miss_share() -> str:
+    """'; 20% of held-out cases miss by over 20%', from the calibration's recorded errors."""
+    from gpusizer.performance import load_calibration
+
+    within = load_calibration().errors.get("held_out_within_20pct")
+    if within is None:
+        return ""
+    return f"; {1 - within:.0%} of held-out cases miss by over 20%"
+
+
 def summary_table(est: Any, gpu: Any, inputs: dict[str, Any], batch_note: str) -> Any:
     from rich import box
     from rich.table import Table
@@ -83,7 +116,7 @@ def summary_table(est: Any, gpu: Any, inputs: dict[str, Any], batch_note: str) -
                   show_header=False)
     table.add_column("what", style="bold")
     table.add_column("value")
-    band = f" (median held-out error {est.error_band:.0%}; a quarter of held-out cases miss by over 20%: README, Accuracy)"
+    band = f" (median held-out error {est.error_band:.0%}{_miss_share()}: README, Accuracy)"
     table.add_row("throughput", _rate(est.throughput_per_s, est.throughput_unit) + band)
     if n > 1:
         table.add_row("per GPU", _rate(est.per_gpu_throughput_per_s, est.throughput_unit))

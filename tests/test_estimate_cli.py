@@ -160,6 +160,23 @@ def test_explicit_batch_that_does_not_fit_still_reports(cli):
     assert any("does not fit" in n for n in doc["notes"])
 
 
+def test_json_when_nothing_fits_at_the_default_batch(cli, cli_json):
+    """Not even batch 1 fits: --json still prints the envelope, says why, and exits 4 (as fit-model does)."""
+    doc = cli_json("estimate", "--model", "llama-2-70b", "--gpu", "rtx-3090", code=4)
+    assert doc["schema_version"] >= 1 and doc["command"] == "estimate"
+    assert doc["input"]["resolved_id"] == "rtx-3090" and doc["input"]["batch"] is None
+    r = doc["results"]
+    assert r["fits"] is False and r["throughput_per_s"] is None and r["estimate"] is None
+    assert "does not fit at batch 1" in r["reason"] and r["hint"]
+    assert r["memory"]["fits"] is False
+    assert r["memory"]["per_gpu_bytes"] > r["memory"]["capacity_bytes"]
+    assert any("does not fit at batch 1" in n for n in doc["notes"])
+    # without --json the one-line error stays
+    human = cli("estimate", "--model", "llama-2-70b", "--gpu", "rtx-3090")
+    assert human.exit_code == 4 and not human.stdout.strip()
+    assert "does not fit at batch 1" in human.stderr
+
+
 def test_recommend_can_call_the_same_engine():
     """recommend uses estimate_performance(gpu, shape, cfg, *, nodes, interconnect, tf32) (TEAM_NOTES)."""
     from gpusizer.memory import RunConfig, model_shape_from_params

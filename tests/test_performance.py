@@ -31,6 +31,7 @@ from gpusizer.performance import (
     roofline,
     scaling_counts,
     scaling_curve,
+    sm_count,
     time_to_train,
 )
 from gpusizer.zoo import Model, load_zoo
@@ -108,7 +109,7 @@ def test_rdma_speedup_at_32_gpus_is_about_30_6x(cat, zoo):
             image_size=224, gpus=8, nodes=4, interconnect="ib-edr")
     assert e.gpus_total == 32
     assert e.transport == "rdma"
-    assert 28.6 <= e.speedup_vs_1gpu <= 32.0, e.speedup_vs_1gpu  # model: 30.2x
+    assert 28.6 <= e.speedup_vs_1gpu <= 32.0, e.speedup_vs_1gpu  # model: 30.3x
     assert e.scaling_efficiency < 1.0
 
 
@@ -204,11 +205,14 @@ def test_recorded_errors_match_a_fresh_evaluation(cases, calibrate_module):
 
 #: groups below the 0.9 target, with the reason; they must not get worse than the floor
 KNOWN_BELOW_TARGET = {
-    # single-stream llama.cpp decode on cloud hosts is bound by kernel launches on the CPU,
-    # which GPU specs do not capture: the RTX 4090 outruns the A100 and H100 PCIe
-    ("llama-2-7b", "inference-decode", "int4"): 0.6,
-    # four GPUs whose measured speeds lie within 3% (81-83 img/s) for two of them
-    ("resnet152", "train", "fp32"): 0.7,
+    # single-stream llama.cpp decode (Dec 2023, RunPod hosts): per-token time beyond the weight
+    # stream is ~5.4 ms on the A100 and H100 PCIe against ~2.5 ms on the RTX 4090, the same on
+    # both HBM parts although the H100 PCIe clocks 24% higher, i.e. host-side kernel launches,
+    # which GPU specs do not capture: the RTX 4090 (134-149 tok/s, all six within 25%) outruns both
+    ("llama-2-7b", "inference-decode", "int4"): 0.75,
+    # four GPUs; the RTX 2080 (83 img/s) and GTX 1080 Ti (81) lie 2.5% apart while the
+    # 1080 Ti has 12% more FP32 peak and 8% more bandwidth
+    ("resnet152", "train", "fp32"): 0.75,
 }
 
 
@@ -394,6 +398,40 @@ def test_gradient_accumulation_amortises_communication(cat, zoo):
     eight = est(gpu, shp, grad_accumulation=8, **kw)
     assert eight.comm_exposed_s < one.comm_exposed_s
     assert eight.throughput_per_s > one.throughput_per_s
+
+
+def test_sm_count_from_cuda_cores_and_compute_capability(cat):
+    """FP32 lanes per SM from the CUDA C++ Programming Guide (64 on 6.0/7.x/8.0, 128 on 6.1/8.6/8.9/9.0)."""
+    expected = {"a100-sxm4-80gb": 108, "h100-pcie-80gb": 114, "h100-sxm5-80gb": 132, "rtx-4090": 128,
+                "rtx-3090": 82, "v100-sxm2-16gb": 80, "p100-sxm2-16gb": 56, "tesla-p40": 30, "t4": 40,
+                "rtx-6000-ada": 142}
+    for gpu_id, sms in expected.items():
+        assert sm_count(cat.by_id(gpu_id)) == sms, gpu_id
+
+
+def test_small_batch_decode_runs_on_cuda_cores_and_is_limited_per_sm(cat, zoo):
+    """Batch <= 8 decode: matrix-vector kernels on CUDA cores, whose weight stream is capped by
+    Little's law at SMs x sm_bandwidth_gb_s; batched decode keeps Tensor Core GEMMs."""
+    cal = load_calibration()
+    eff = cal.lookup("llm-decode", "ampere")
+    assert eff.sm_bandwidth_gb_s > 0
+    shp = shape(zoo, "llama-2-7b")
+    a100 = cat.by_id("a100-sxm4-80gb")
+    one = est(a100, shp, mode="inference", precision="int4", batch=1, seq_len=512)
+    assert one.peak_tflops == a100.fp32_tflops and "CUDA cores" in one.peak_label
+    assert any("matrix-vector" in n for n in one.notes)
+    many = est(a100, shp, mode="inference", precision="int4", batch=64, seq_len=512)
+    assert many.peak_tflops == a100.tensor_fp16_tflops
+    # the A100's weight stream is SM-bound: 108 SMs x q is below 2039 GB/s x eta_m
+    sm_rate = 108 * eff.sm_bandwidth_gb_s * 1e9
+    assert sm_rate < a100.bandwidth_gb_s * 1e9 * eff.memory_efficiency
+    work = model_work(shp, RunConfig(mode="inference", precision="int4", batch=1, seq_len=512), "int4")
+    assert work.gemv
+    assert one.memory_s == pytest.approx(work.matmul_bytes / sm_rate)
+    # an RTX 4090 has more SMs and half the bandwidth: it stays bandwidth-bound
+    g4090 = cat.by_id("rtx-4090")
+    d4090 = est(g4090, shp, mode="inference", precision="int4", batch=1, seq_len=512)
+    assert d4090.memory_s == pytest.approx(work.matmul_bytes / (g4090.bandwidth_gb_s * 1e9 * eff.memory_efficiency))
 
 
 def test_roofline_is_a_smooth_maximum():
