@@ -1,0 +1,45 @@
+"""Golden files for the human output: the tables and charts people read.
+
+Each case runs one command through CliRunner (NO_COLOR, COLUMNS=160, as set in
+conftest) and compares stdout with ``tests/golden/<name>.txt``. A change to the
+catalog, the rules, the calibration or a renderer shows up here as a diff to
+review. After reviewing, rewrite the files with:
+
+    GPUSIZER_UPDATE_GOLDEN=1 python -m pytest -q tests/test_golden.py
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+GOLDEN = Path(__file__).resolve().parent / "golden"
+
+CASES = {
+    "catalog-list-datacenter": ["catalog", "list", "--segment", "datacenter", "--sort", "fp64_tflops"],
+    "catalog-show-v100": ["catalog", "show", "v100"],
+    "compare-1080ti-p100": ["compare", "1080ti", "p100"],
+    "fit-model-resnet50": ["fit-model", "--model", "resnet50", "--batch", "64", "--gpu", "v100", "--gpu", "a100"],
+    "fit-model-llama-7b-inference": ["fit-model", "--model", "llama-2-7b", "--inference", "--precision", "fp16", "--gpu", "rtx-4090",
+                                     "--gpu", "l4"],
+    "recommend-cnn": ["recommend", "--workload", "cnn", "--top", "3"],
+    "estimate-resnet50-cluster": ["estimate", "--model", "resnet50", "--gpu", "v100-sxm2-16gb", "--gpus", "8",
+                                  "--nodes", "4", "--interconnect", "ib-edr", "--precision", "mixed"],
+    "models": ["models"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_human_output_matches_golden(cli, name):
+    result = cli(*CASES[name])
+    assert result.exit_code == 0, result.stderr
+    assert "\x1b[" not in result.stdout  # NO_COLOR: plain text
+    path = GOLDEN / f"{name}.txt"
+    if os.environ.get("GPUSIZER_UPDATE_GOLDEN"):
+        path.write_text(result.stdout, encoding="utf-8")
+    assert path.exists(), f"no golden file {path.name}: run with GPUSIZER_UPDATE_GOLDEN=1 and review it"
+    assert result.stdout == path.read_text(encoding="utf-8"), (
+        f"{name}: output differs from {path.name}; review the change, then rewrite with GPUSIZER_UPDATE_GOLDEN=1"
+    )
