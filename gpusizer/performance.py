@@ -798,6 +798,9 @@ def _step(
         matmul_rate = sms * eff.sm_bandwidth_gb_s * 1e9
         notes = (*notes, f"matrix-vector kernels keep few bytes in flight: the weight stream is capped at {sms} SMs "
                          f"x {eff.sm_bandwidth_gb_s:.1f} GB/s = {matmul_rate / 1e9:,.0f} GB/s (calibrated, Little's law)")
+    elif work.gemv and eff.sm_bandwidth_gb_s > 0 and not sms:
+        notes = (*notes, f"{gpu.id}'s SM count is unknown (no cuda_cores in the catalog), so the per-SM cap on "
+                         "matrix-vector decode is not applied: this decode estimate may be high")
     matmul_mem_s = work.matmul_bytes / matmul_rate
     clock = REFERENCE_CLOCK_MHZ / gpu.boost_clock_mhz if gpu.boost_clock_mhz else 1.0
     overhead_s = work.layers * eff.layer_overhead_us * 1e-6 * clock
