@@ -391,7 +391,8 @@ def _load_cached(paths: tuple[str, ...], cache_dir: Path | None) -> Catalog:
         doc = datafiles.load_yaml(Path(path), cache_dir)
         documents.append((path, _entries_from_document(doc, path)))
     catalog = Catalog(gpus=merge_entries(documents), files=paths)
-    if cached is not None:
+    if cached is not None and _validated_cache_path(paths, cache_dir) == cached:
+        # (the files did not change while they were being read and validated)
         datafiles.write_cache(cached, [gpu.model_dump(mode="json") for gpu in catalog.gpus])
     return catalog
 
@@ -400,15 +401,18 @@ def _validated_cache_path(paths: Sequence[str], cache_dir: Path | None) -> Path 
     """Where the validated catalog for exactly these files is cached.
 
     The key covers the bytes of every file in order, this module's own source
-    (so a changed schema or validator never trusts an old dump) and the version.
+    (so a changed schema or validator never trusts an old dump), and the versions
+    of gpusizer and pydantic.
     A dump is only written after full validation, so a hit is a catalog that
     passed validation with the same inputs and the same rules.
     """
     if cache_dir is None:
         return None
+    from pydantic import VERSION as PYDANTIC_VERSION
+
     from gpusizer import __version__
 
-    parts = [__version__.encode(), datafiles.read_bytes_or_none(Path(__file__)) or b""]
+    parts = [__version__.encode(), PYDANTIC_VERSION.encode(), datafiles.read_bytes_or_none(Path(__file__)) or b""]
     for path in paths:
         data = datafiles.read_bytes_or_none(Path(path))
         if data is None:

@@ -771,11 +771,20 @@ def allreduce_time_s(size_bytes: float, gpus_per_node: int, nodes: int, link: Li
 
 
 def sm_count(gpu: Gpu) -> int | None:
-    """Streaming multiprocessors: CUDA cores over the FP32 lanes per SM of the compute capability."""
+    """Streaming multiprocessors: CUDA cores over the FP32 lanes per SM of the compute capability.
+
+    Without a core count, FP32 peak / (2 x lanes x boost clock), the same identity
+    the datasheet's FP32 figure comes from (H100 NVL: 60 TFLOPS at 1785 MHz -> 131,
+    against 132 on the die); None when the clock is unknown too.
+    """
     lanes = FP32_LANES_PER_SM.get(gpu.compute_capability)
-    if gpu.cuda_cores is None or lanes is None:
+    if lanes is None:
         return None
-    return max(1, round(gpu.cuda_cores / lanes))
+    if gpu.cuda_cores is not None:
+        return max(1, round(gpu.cuda_cores / lanes))
+    if gpu.boost_clock_mhz:
+        return max(1, round(gpu.fp32_tflops * 1e12 / (2 * lanes * gpu.boost_clock_mhz * 1e6)))
+    return None
 
 
 def _step(
@@ -799,8 +808,9 @@ def _step(
         notes = (*notes, f"matrix-vector kernels keep few bytes in flight: the weight stream is capped at {sms} SMs "
                          f"x {eff.sm_bandwidth_gb_s:.1f} GB/s = {matmul_rate / 1e9:,.0f} GB/s (calibrated, Little's law)")
     elif work.gemv and eff.sm_bandwidth_gb_s > 0 and not sms:
-        notes = (*notes, f"{gpu.id}'s SM count is unknown (no cuda_cores in the catalog), so the per-SM cap on "
-                         "matrix-vector decode is not applied: this decode estimate may be high")
+        notes = (*notes, f"{gpu.id}'s SM count is unknown (the catalog has neither cuda_cores nor a boost clock "
+                         "for it), so the per-SM cap on matrix-vector decode is not applied: this decode estimate "
+                         "may be high")
     matmul_mem_s = work.matmul_bytes / matmul_rate
     clock = REFERENCE_CLOCK_MHZ / gpu.boost_clock_mhz if gpu.boost_clock_mhz else 1.0
     overhead_s = work.layers * eff.layer_overhead_us * 1e-6 * clock

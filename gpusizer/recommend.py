@@ -228,8 +228,8 @@ class GpuResult(BaseModel):
 
 
 class ShardedOption(BaseModel):
-    """GPUs excluded only because the model does not fit on one, grouped by how many
-    GPUs a sharded run on them needs (memory.fewest_gpus)."""
+    """GPUs excluded only because the model does not fit, grouped by the GPUs per node
+    (``--gpus``) a sharded run on them needs (memory.fewest_gpus)."""
 
     model_config = _FROZEN
 
@@ -714,17 +714,32 @@ def _fit_message(gfit: GpuFit, req: RecommendRequest, cfg: RunConfig) -> str:
 
 
 def _sharded_options(results: Sequence[GpuResult], req: RecommendRequest, cfg: RunConfig) -> tuple[ShardedOption, ...]:
-    """Group the GPUs that only the memory fit excluded by the GPU count a sharded run needs."""
+    """Group the GPUs that only the memory fit excluded by the sharded run that holds the model.
+
+    ``gpus`` is per node, as ``--gpus`` means: tensor parallelism shards inside a node,
+    ZeRO and FSDP over every GPU of every node (memory.sharding_gpus). A GPU is listed
+    only if that run also passes --budget and --max-power at its GPU count.
+    """
     groups: dict[tuple[str, int], list[GpuResult]] = {}
     for res in results:
         if not res.excluded_by or res.fit is None or any(f.kind != "fit" for f in res.excluded_by):
             continue
         strategy, need = _sharded_need(res.fit, req, cfg)
-        if need is not None and need > cfg.gpus:
-            groups.setdefault((strategy, need), []).append(res)
+        if need is None:
+            continue
+        per_node = need if strategy == "tp" else -(-need // req.nodes)
+        if strategy == cfg.strategy and per_node <= req.gpus_per_node:
+            continue  # the run as given already has that many: nothing new to suggest
+        total = per_node * req.nodes
+        if req.budget_usd is not None and (res.price_each_usd is None or res.price_each_usd * total > req.budget_usd):
+            continue
+        if req.max_power_w is not None and (res.power_total_w is None
+                                            or res.power_total_w / req.total_gpus * total > req.max_power_w):
+            continue
+        groups.setdefault((strategy, per_node), []).append(res)
     return tuple(
-        ShardedOption(strategy=strategy, gpus=need, gpu_ids=tuple(r.label for r in sorted(rs, key=lambda r: -r.score)))
-        for (strategy, need), rs in sorted(groups.items(), key=lambda kv: kv[0][1])
+        ShardedOption(strategy=strategy, gpus=per_node, gpu_ids=tuple(r.label for r in sorted(rs, key=lambda r: -r.score)))
+        for (strategy, per_node), rs in sorted(groups.items(), key=lambda kv: kv[0][1])
     )
 
 

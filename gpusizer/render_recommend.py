@@ -185,11 +185,12 @@ def excluded_text(rec: Any) -> str:
 
 def sharded_text(rec: Any) -> str:
     """GPUs the memory fit alone excluded, and the sharded run that would hold the model."""
-    lines = [f"Excluded only because {rec.model_name} does not fit on one GPU; sharded, it fits on:"]
+    lines = [f"Excluded only because {rec.model_name} does not fit as configured; sharded, it fits on:"]
     for opt in rec.sharded_options:
         shown = ", ".join(opt.gpu_ids[:6]) + (f" and {len(opt.gpu_ids) - 6} more" if len(opt.gpu_ids) > 6 else "")
         lines.append(f"  --gpus {opt.gpus} --strategy {opt.strategy}: {shown}")
-    lines.append("Rerun with one of these to rank those GPUs as a group (price, power and speed count every GPU).")
+    lines.append("Rerun with one of these (--gpus is per node) to rank those GPUs as a group; price, power and "
+                 "speed then count every GPU.")
     return "\n".join(lines)
 
 
@@ -209,9 +210,9 @@ def recommend_renderables(rec: Any, *, show_excluded: bool = False, rules_files:
         parts.append(Text("No GPU qualifies: every candidate was excluded (see below).", style="bold"))
     if show_excluded or not rec.ranked:
         parts += [Text(""), Text(excluded_text(rec), no_wrap=True, overflow="ignore")]
-    if rec.sharded_options:
-        parts += [Text(""), Text(sharded_text(rec))]
     elif rec.excluded:
         parts += [Text(""), Text(f"{len(rec.excluded)} GPUs excluded; --show-excluded lists them with the "
                                  "constraint that excluded each.")]
+    if rec.sharded_options:
+        parts += [Text(""), Text(sharded_text(rec))]
     return parts

@@ -274,6 +274,12 @@ def test_cached_catalog_equals_the_validated_one(tmp_path):
         assert isinstance(b.aliases, tuple) and isinstance(b.sources, tuple)
         assert all(type(s).__name__ == "Source" and isinstance(s.fields, tuple) for s in b.sources)
     assert second.resolve("Tesla V100-SXM2-16GB").gpu.memory_bytes == 16 * 2**30
+    # and the second load really came from the dump: an edit to it shows through
+    (dump,) = tmp_path.glob("catalog-*.json")
+    entries = json.loads(dump.read_text())
+    entries[0]["name"] = "edited in the cache"
+    dump.write_text(json.dumps(entries))
+    assert _fresh_load([], tmp_path).gpus[0].name == "edited in the cache"
 
 
 def test_cache_never_hides_a_changed_user_file(tmp_path, installed):

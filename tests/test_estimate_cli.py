@@ -171,6 +171,9 @@ def test_json_when_nothing_fits_at_the_default_batch(cli, cli_json):
     assert r["memory"]["fits"] is False
     assert r["memory"]["per_gpu_bytes"] > r["memory"]["capacity_bytes"]
     assert any("does not fit at batch 1" in n for n in doc["notes"])
+    # the same keys as a run that fits, so scripts need no special case
+    fits = cli_json("estimate", "--model", "llama-2-7b", "--gpu", "rtx-3090", "--inference")["results"]
+    assert set(fits) - {"fits", "reason", "hint"} <= set(r)
     # without --json the one-line error stays
     human = cli("estimate", "--model", "llama-2-70b", "--gpu", "rtx-3090")
     assert human.exit_code == 4 and not human.stdout.strip()

@@ -561,3 +561,16 @@ def test_scaling_efficiency_is_at_most_one(cat, zoo, gpu_id, workload, gpus, nod
     assert 0 < e.scaling_efficiency <= 1.0 + 1e-9
     assert e.speedup_vs_1gpu <= e.gpus_total * (1 + 1e-9)
     assert e.throughput_per_s > 0 and e.step_time_s > 0
+
+
+def test_sm_counts_from_cores_or_from_the_fp32_identity(cat):
+    """SMs = CUDA cores / FP32 lanes per SM (CUDA C++ Programming Guide); without a core
+    count, FP32 peak / (2 x lanes x boost clock). Whitepaper SM counts: A100 108, H100 SXM5
+    132, RTX 4090 128, V100 80, P100 56; the H100 NVL (no core count in its datasheet) comes
+    out at 131 of the die's 132."""
+    from gpusizer.performance import sm_count
+
+    expected = {"a100-sxm4-80gb": 108, "h100-sxm5-80gb": 132, "rtx-4090": 128, "v100-sxm2-16gb": 80,
+                "p100-sxm2-16gb": 56, "h100-nvl-94gb": 131}
+    assert {g: sm_count(cat.by_id(g)) for g in expected} == expected
+    assert sm_count(cat.by_id("b200-sxm-180gb")) is None  # neither cores nor clock published

@@ -759,3 +759,24 @@ def test_memory_only_exclusions_say_what_sharded_run_would_hold_the_model(cli_js
     again = cli_json("recommend", "--workload", "llm-inference", "--model", "llama-2-70b", "--gpus", "2",
                      "--strategy", "tp", "--top", "50")
     assert "h100-sxm5-80gb" in {r["gpu_id"] for r in again["results"]["ranked"]}
+
+
+def test_sharded_options_respect_budget_nodes_and_the_given_strategy(cli_json):
+    # every suggestion must pass --budget at its own GPU count (launch prices)
+    doc = cli_json("recommend", "--workload", "llm-inference", "--model", "llama-2-70b", "--budget", "20000", code=4)
+    prices = {g.id: g.launch_price_usd for g in CATALOG.gpus}
+    assert {"rtx-5090"} <= {g for o in doc["results"]["sharded_options"] for g in o["gpu_ids"]}  # 8 x $1,999
+    for opt in doc["results"]["sharded_options"]:
+        for gpu_id in opt["gpu_ids"]:
+            assert prices[gpu_id] is not None and prices[gpu_id] * opt["gpus"] <= 20000
+    # --gpus is per node: FSDP over 2 nodes needs half as many per node
+    one = cli_json("recommend", "--workload", "llm-train", "--model", "llama-2-7b")["results"]["sharded_options"]
+    two = cli_json("recommend", "--workload", "llm-train", "--model", "llama-2-7b", "--nodes", "2")
+    per_node = {g: o["gpus"] for o in two["results"]["sharded_options"] for g in o["gpu_ids"]}
+    for o in one:
+        for g in o["gpu_ids"]:
+            assert o["strategy"] == "fsdp" and per_node[g] == -(-o["gpus"] // 2)
+    # a 4-GPU ddp run of a 13B model: switching to tp over 2 GPUs is still worth saying
+    four = cli_json("recommend", "--workload", "llm-inference", "--model", "llama-2-13b", "--gpus", "4")
+    assert any(o["strategy"] == "tp" and o["gpus"] == 2 and "rtx-4090" in o["gpu_ids"]
+               for o in four["results"]["sharded_options"])
