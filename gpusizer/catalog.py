@@ -402,9 +402,8 @@ def _validated_cache_path(paths: Sequence[str], cache_dir: Path | None) -> Path 
 
     The key covers the bytes of every file in order, this module's own source
     (so a changed schema or validator never trusts an old dump), and the versions
-    of gpusizer and pydantic.
-    A dump is only written after full validation, so a hit is a catalog that
-    passed validation with the same inputs and the same rules.
+    of gpusizer and pydantic. A dump is only written after full validation, so a
+    hit is a catalog that passed validation with the same inputs and rules.
     """
     if cache_dir is None:
         return None

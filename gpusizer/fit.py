@@ -87,13 +87,14 @@ UNKNOWN_BATCH_REASON = "unknown: without the model's shape its activations, whic
 
 def fit_one(shape: ModelShape, cfg: RunConfig, cap: Capacity, breakdown: MemoryBreakdown) -> GpuFit:
     total = breakdown.total_bytes
-    max_batch = largest_batch(shape, cfg, cap.memory_bytes)
-    reason = None
-    if max_batch is None:
-        reason = "batch 1 does not fit"
-    elif shape.model is None:
+    if shape.model is None:
         # memory would not grow with the batch, so any batch would "fit": say unknown
-        max_batch, reason = None, UNKNOWN_BATCH_REASON
+        max_batch = None
+        batch1 = fits(shape, cfg.model_copy(update={"batch": 1}), cap.memory_bytes)
+        reason = UNKNOWN_BATCH_REASON if batch1 else "batch 1 does not fit"
+    else:
+        max_batch = largest_batch(shape, cfg, cap.memory_bytes)
+        reason = None if max_batch is not None else "batch 1 does not fit"
     return GpuFit(
         gpu_id=cap.gpu.id if cap.gpu else None,
         gpu_name=cap.gpu.name if cap.gpu else cap.label,

@@ -39,27 +39,22 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 86400:,.1f} days"
 
 
+#: PerfEstimate attributes that ``estimate --json`` lists at the top of ``results``, in order
+SPEED_KEYS: tuple[str, ...] = (
+    "throughput_per_s", "throughput_unit", "step_time_s", "compute_s", "memory_s", "comm_s", "comm_exposed_s",
+    "overhead_s", "bound", "per_gpu_throughput_per_s", "scaling_efficiency", "speedup_vs_1gpu", "error_band",
+    "gpus_total",
+)
+
+
 def estimate_json(
     est: Any, *, gpu: Any, batch: Any, memory: Any, curve: Any, training: Any, inputs: dict[str, Any],
 ) -> dict[str, Any]:
     """The ``results`` object of ``gpusizer estimate --json``."""
-    out = {
+    return {
         "gpu": gpu.id,
         "gpu_name": gpu.name,
-        "throughput_per_s": est.throughput_per_s,
-        "throughput_unit": est.throughput_unit,
-        "step_time_s": est.step_time_s,
-        "compute_s": est.compute_s,
-        "memory_s": est.memory_s,
-        "comm_s": est.comm_s,
-        "comm_exposed_s": est.comm_exposed_s,
-        "overhead_s": est.overhead_s,
-        "bound": est.bound,
-        "per_gpu_throughput_per_s": est.per_gpu_throughput_per_s,
-        "scaling_efficiency": est.scaling_efficiency,
-        "speedup_vs_1gpu": est.speedup_vs_1gpu,
-        "error_band": est.error_band,
-        "gpus_total": est.gpus_total,
+        **{key: getattr(est, key) for key in SPEED_KEYS},
         "batch_per_gpu": inputs["batch"],
         "batch_source": batch,
         "memory": memory,
@@ -68,32 +63,18 @@ def estimate_json(
         "cost_usd": training.cost_usd if training is not None else None,
         "estimate": est.model_dump(mode="json"),
     }
-    return out
 
 
 def nothing_fits_json(gpu: Any, reason: str, hint: str | None, memory: dict[str, Any]) -> dict[str, Any]:
     """The ``results`` object of ``gpusizer estimate --json`` when not even batch 1 fits
-    (exit code 4): the same keys as :func:`estimate_json`, with no speed."""
+    (exit code 4): the keys of :func:`estimate_json`, null, plus ``fits``, ``reason`` and ``hint``."""
     return {
         "gpu": gpu.id,
         "gpu_name": gpu.name,
         "fits": False,
         "reason": reason,
         "hint": hint,
-        "throughput_per_s": None,
-        "throughput_unit": None,
-        "step_time_s": None,
-        "compute_s": None,
-        "memory_s": None,
-        "comm_s": None,
-        "comm_exposed_s": None,
-        "overhead_s": None,
-        "bound": None,
-        "per_gpu_throughput_per_s": None,
-        "scaling_efficiency": None,
-        "speedup_vs_1gpu": None,
-        "error_band": None,
-        "gpus_total": None,
+        **dict.fromkeys(SPEED_KEYS),
         "batch_per_gpu": None,
         "batch_source": "nothing fits: batch 1 exceeds the GPU's memory",
         "memory": memory,
