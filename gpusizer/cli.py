@@ -260,40 +260,12 @@ def compare_cmd(
 # --------------------------------------------------------------------------
 # shared model and run options (fit-model, recommend, estimate)
 
-from enum import Enum  # noqa: E402
+from gpusizer import choices
 
-
-class PrecisionOpt(str, Enum):
-    fp64 = "fp64"
-    fp32 = "fp32"
-    fp16 = "fp16"
-    bf16 = "bf16"
-    mixed = "mixed"
-    int8 = "int8"
-    int4 = "int4"
-
-
-class OptimizerOpt(str, Enum):
-    sgd = "sgd"
-    momentum = "momentum"
-    adam = "adam"
-    adamw = "adamw"
-    adafactor = "adafactor"
-    adam8bit = "adam8bit"
-
-
-class StrategyOpt(str, Enum):
-    ddp = "ddp"
-    zero1 = "zero1"
-    zero2 = "zero2"
-    zero3 = "zero3"
-    fsdp = "fsdp"
-    tp = "tp"
-
-
-class HeadOpt(str, Enum):
-    lm = "lm"
-    classifier = "classifier"
+PrecisionOpt = choices.choice_enum("PrecisionOpt", choices.PRECISIONS)
+OptimizerOpt = choices.choice_enum("OptimizerOpt", choices.OPTIMIZERS)
+StrategyOpt = choices.choice_enum("StrategyOpt", choices.STRATEGIES)
+HeadOpt = choices.choice_enum("HeadOpt", choices.HEADS)
 
 
 ParamsOpt = Annotated[Optional[str], typer.Option("--params", help="Parameter count: 60M, 1.3B, 7e9, 175B or 60000000.")]

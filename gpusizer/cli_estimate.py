@@ -7,11 +7,11 @@ Registered on the shared app by importing this module.
 
 from __future__ import annotations
 
-from enum import Enum
 from typing import Annotated, Optional
 
 import typer
 
+from gpusizer import choices
 from gpusizer.cli import (
     CatalogOpt,
     HeadOpt,
@@ -34,21 +34,8 @@ from gpusizer.cli import (
 from gpusizer.errors import ExitCode, NothingFitsError, UsageError
 
 
-class EstPrecisionOpt(str, Enum):
-    fp64 = "fp64"
-    fp32 = "fp32"
-    tf32 = "tf32"
-    mixed = "mixed"
-    fp16 = "fp16"
-    bf16 = "bf16"
-    fp8 = "fp8"
-    int8 = "int8"
-    int4 = "int4"
-
-
-class PhaseOpt(str, Enum):
-    decode = "decode"
-    prefill = "prefill"
+EstPrecisionOpt = choices.choice_enum("EstPrecisionOpt", choices.PERF_PRECISIONS)
+PhaseOpt = choices.choice_enum("PhaseOpt", choices.PHASES)
 
 
 PRECISION_HELP = (

@@ -11,7 +11,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from gpusizer import cli
+from gpusizer import choices, cli
 from gpusizer.cli import (
     BatchOpt,
     CatalogOpt,
@@ -38,15 +38,7 @@ WORKLOAD_HELP = (
 )
 
 
-class RecPrecisionOpt(str, Enum):
-    fp64 = "fp64"
-    fp32 = "fp32"
-    tf32 = "tf32"
-    mixed = "mixed"
-    fp16 = "fp16"
-    bf16 = "bf16"
-    fp8 = "fp8"
-    int8 = "int8"
+RecPrecisionOpt = choices.choice_enum("RecPrecisionOpt", choices.RULE_PRECISIONS)
 
 
 class SortOpt(str, Enum):

@@ -12,14 +12,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from gpusizer.choices import Mode, Optimizer, Precision, Strategy
 from gpusizer.errors import UsageError
 from gpusizer.units import GIB, MIB
 from gpusizer.zoo import Model
 
-Mode = Literal["train", "inference"]
-Precision = Literal["fp64", "fp32", "fp16", "bf16", "mixed", "int8", "int4"]
-Optimizer = Literal["sgd", "momentum", "adam", "adamw", "adafactor", "adam8bit"]
-Strategy = Literal["ddp", "zero1", "zero2", "zero3", "fsdp", "tp"]
 
 #: Bytes per weight, by precision. ``mixed`` keeps fp32 master weights (PyTorch
 #: AMP); its 16-bit working copies are counted with the activations.

@@ -38,12 +38,13 @@ import functools
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gpusizer import datafiles
 from gpusizer.catalog import ARCH_ORDER, Gpu, Source
+from gpusizer.choices import PERF_PRECISIONS, Phase
 from gpusizer.errors import DataFileError, UsageError
 from gpusizer.memory import (
     DEFAULT_SEQ_CAP,
@@ -59,15 +60,10 @@ from gpusizer.memory import (
 )
 from gpusizer.zoo import Model
 
-#: Precisions the performance model knows. RunConfig (memory) has no fp64, tf32
-#: or fp8; :func:`memory_precision` maps them to the memory model's precisions.
-PerfPrecision = Literal["fp64", "fp32", "tf32", "mixed", "fp16", "bf16", "fp8", "int8", "int4"]
-PERF_PRECISIONS: tuple[str, ...] = ("fp64", "fp32", "tf32", "mixed", "fp16", "bf16", "fp8", "int8", "int4")
-Phase = Literal["decode", "prefill"]
 #: transformer-infer is a forward pass over whole sequences: encoders, and the
 #: prefill of decoders; llm-decode generates one token per sequence per step.
 WorkloadClass = Literal["cnn-train", "transformer-train", "cnn-infer", "transformer-infer", "llm-decode"]
-WORKLOAD_CLASSES: tuple[str, ...] = ("cnn-train", "transformer-train", "cnn-infer", "transformer-infer", "llm-decode")
+WORKLOAD_CLASSES: tuple[str, ...] = get_args(WorkloadClass)
 #: per-layer overheads are given at this clock and scale with 1 / boost clock
 #: (small, latency-bound kernels run at the SM clock)
 REFERENCE_CLOCK_MHZ = 1500.0

@@ -22,11 +22,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from gpusizer import datafiles
 from gpusizer.catalog import ARCH_ORDER, Gpu
+from gpusizer.choices import RULE_PRECISIONS, RulePrecision
 from gpusizer.errors import DataFileError
 
 #: The precisions ``recommend --precision`` accepts, in the issue's order.
-PRECISIONS: tuple[str, ...] = ("fp64", "fp32", "tf32", "mixed", "fp16", "bf16", "fp8", "int8")
-Precision = Literal["fp64", "fp32", "tf32", "mixed", "fp16", "bf16", "fp8", "int8"]
+PRECISIONS = RULE_PRECISIONS
+Precision = RulePrecision
 Op = Literal["==", "!=", ">", ">=", "<", "<=", "in", "not in"]
 FieldKind = Literal["number", "bool", "text", "ordered"]
 
