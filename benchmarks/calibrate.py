@@ -119,11 +119,16 @@ DGX2_NICS = 8
 def _decode_context(ref: dict[str, Any]) -> int:
     """Mean context attended while generating, from what each source states."""
     rid, seq = ref["id"], ref["seq_len"]
-    if "trtllm" in rid:
-        return 128 + 2048 // 2  # ISL 128, OSL 2048: mean context over generation
+    if "trtllm" in rid and seq == 128 + 2048:
+        return 128 + 2048 // 2  # TensorRT-LLM tables: ISL 128, OSL 2048; mean context over generation
     if seq is None:
-        return 128  # MLC: context not stated; a short prompt assumed
-    return max(1, seq // 2)  # llama.cpp: generating seq tokens from an (almost) empty context
+        return 128  # MLC, ExLlama: context not stated; a short prompt assumed
+    if ref.get("tokens_of_one_sequence"):
+        # llama-bench with -ub N: N tokens of ONE sequence per forward pass. The
+        # weights are read once per pass, as in batch-N decode, but the KV cache
+        # is one sequence's: N sequences of 1/N of the context read the same bytes.
+        return max(1, seq // 2 // ref["batch"])
+    return max(1, seq // 2)  # generating seq tokens from an (almost) empty context
 
 
 @dataclass
@@ -207,6 +212,8 @@ def build_case(ref: dict[str, Any], catalog: Any, zoo: Any) -> Case:
     kwargs = {
         "nodes": nodes, "interconnect": ic, "tf32": True, "compute_precision": prec, "phase": phase,
         "nics_per_node": nics, "grad_accumulation": grad_accumulation,
+        # decode rows say whether the engine replayed each step as a CUDA graph
+        "cuda_graphs": ref["cuda_graphs"] if phase == "decode" else True,
     }
     return Case(ref=ref, gpu=gpu, shape=shape, cfg=cfg, kwargs=kwargs, assumptions=tuple(assumptions))
 
@@ -325,6 +332,7 @@ BOUNDS = {
     "compute_efficiency": (0.02, 1.0),
     "memory_efficiency": (0.05, 1.0),
     "layer_overhead_us": (0.0, 2000.0),
+    "graph_layer_overhead_us": (0.0, 2000.0),
     "sm_bandwidth_gb_s": (1.0, 100.0),
     "data_parallel_overhead": (0.0, 0.5),
     "roofline_exponent": (1.0, 8.0),
@@ -391,10 +399,12 @@ def _structure(calib: list[Case]) -> list[Efficiency]:
         rows = by_class[wl]
         overhead = 50.0 if wl in OVERHEAD_CLASSES else 0.0
         sm_bw = 20.0 if wl in SM_BANDWIDTH_CLASSES else 0.0
-        fitted = (("compute_efficiency", "memory_efficiency") + (("layer_overhead_us",) if overhead else ())
+        fitted = (("compute_efficiency", "memory_efficiency")
+                  + (("layer_overhead_us", "graph_layer_overhead_us") if overhead else ())
                   + (("sm_bandwidth_gb_s",) if sm_bw else ()))
         entries.append(Efficiency(workload=wl, generation="all", compute_efficiency=0.4, memory_efficiency=0.6,
-                                  layer_overhead_us=overhead, sm_bandwidth_gb_s=sm_bw,
+                                  layer_overhead_us=overhead, graph_layer_overhead_us=overhead / 2,
+                                  sm_bandwidth_gb_s=sm_bw,
                                   fitted_on=tuple(sorted(c.id for c in rows)), fitted=fitted))
         for gen in GENERATIONS:
             sub = [c for c in rows if gen_of[c.gpu.architecture] == gen]
@@ -403,6 +413,7 @@ def _structure(calib: list[Case]) -> list[Efficiency]:
             if len(sub) >= MIN_ROWS and len({c.gpu.id for c in sub}) >= MIN_GPUS:
                 entries.append(Efficiency(workload=wl, generation=gen, compute_efficiency=0.4,
                                           memory_efficiency=0.6, layer_overhead_us=overhead,
+                                          graph_layer_overhead_us=overhead / 2,
                                           fitted_on=tuple(sorted(c.id for c in sub)), fitted=GEN_FITTED))
     return entries
 
@@ -440,7 +451,8 @@ def fit(calib: list[Case], sweeps: int = 4, verbose: bool = False, fit_exponent:
                 # inherit what is not fitted from the class's "all" entry
                 parent = next(e for e in cal.efficiencies if e.workload == entry.workload and e.generation == "all")
                 inherit = {k: getattr(parent, k) for k in ("compute_efficiency", "memory_efficiency",
-                                                            "layer_overhead_us", "sm_bandwidth_gb_s")
+                                                            "layer_overhead_us", "graph_layer_overhead_us",
+                                                            "sm_bandwidth_gb_s")
                            if k not in entry.fitted}
                 target = _replace_entry(target, idx, **inherit)
                 cal = _replace_entry(cal, i, **inherit)
@@ -457,7 +469,7 @@ def fit(calib: list[Case], sweeps: int = 4, verbose: bool = False, fit_exponent:
                 cal = _replace_entry(cal, i, compute_efficiency=best[1], memory_efficiency=best[2])
             for name in params:
                 lo, hi = BOUNDS[name]
-                linear = name == "layer_overhead_us"
+                linear = name in ("layer_overhead_us", "graph_layer_overhead_us")
 
                 def f(x: float, name: str = name, linear: bool = linear) -> float:
                     value = x if linear else math.exp(x)
@@ -528,6 +540,7 @@ def _rounded(cal: Calibration) -> Calibration:
             "compute_efficiency": round(e.compute_efficiency, 4),
             "memory_efficiency": round(e.memory_efficiency, 4),
             "layer_overhead_us": round(e.layer_overhead_us, 2),
+            "graph_layer_overhead_us": round(e.graph_layer_overhead_us, 2),
             "sm_bandwidth_gb_s": round(e.sm_bandwidth_gb_s, 3),
         })
         for e in cal.efficiencies
@@ -573,7 +586,8 @@ def write_calibration(cal: Calibration, rep: dict[str, Any]) -> None:
         "# the class's fallback) and lists the reference rows (tests/data/perf_refs.yaml) it was fitted on.\n"
         "# compute_efficiency: fraction of the precision's peak reached on matmul/convolution FLOPs;\n"
         "# memory_efficiency: fraction of memory bandwidth reached on the modelled traffic;\n"
-        "# layer_overhead_us: fixed time per layer and step (launch-bound single-stream decode);\n"
+        "# layer_overhead_us: fixed time per layer and step when kernels are launched one by one (launch-bound\n"
+        "# single-stream decode); graph_layer_overhead_us: the same when each step is replayed as a CUDA graph;\n"
         "# sm_bandwidth_gb_s: bandwidth one SM sustains in small-batch matrix-vector decode kernels (0: no limit).\n"
         "# The model and the split are described in docs/method.md (\"Performance\").\n"
     )
@@ -606,7 +620,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"roofline exponent {cal.roofline_exponent}, data-parallel overhead {cal.data_parallel_overhead}")
     for e in cal.efficiencies:
         print(f"  {e.workload:<17} {e.generation:<17} eta_c {e.compute_efficiency:.3f} eta_m {e.memory_efficiency:.3f} "
-              f"overhead {e.layer_overhead_us:.1f} us sm_bw {e.sm_bandwidth_gb_s:.2f} GB/s  ({len(e.fitted_on)} rows)")
+              f"overhead {e.layer_overhead_us:.1f}/{e.graph_layer_overhead_us:.1f} us (eager/graphs) sm_bw {e.sm_bandwidth_gb_s:.2f} GB/s  ({len(e.fitted_on)} rows)")
     print(f"constants: {rep['constants']} ({len(cal.efficiencies)} efficiency entries + roofline exponent + data-parallel overhead)")
     print(f"calibration: {c['cases']} rows on {len(c['gpus'])} GPUs, median |error| {c['median_abs_rel_error']:.1%}")
     print(f"held out:    {h['cases']} rows on {len(h['gpus'])} GPUs ({', '.join(rep['held_out_gpus'])}), "

@@ -76,6 +76,11 @@ def estimate_cmd(
     phase: Annotated[Optional[PhaseOpt], typer.Option(
         "--phase", help="Decoder inference: decode (tokens generated; --seq-len is the context) or prefill "
                         "(prompt processing). Default decode.")] = None,
+    cuda_graphs: Annotated[bool, typer.Option(
+        "--cuda-graphs/--no-cuda-graphs",
+        help="Decode: each step's kernels replay as one CUDA graph (TensorRT-LLM, vLLM, SGLang; llama.cpp at "
+             "batch 1 since May 2024), or --no-cuda-graphs: launched one by one from the host (Hugging Face "
+             "transformers, ExLlama, older llama.cpp, llama.cpp at batch > 1). Sets the per-layer overhead.")] = True,
     optimizer: Annotated[OptimizerOpt, typer.Option(help="Optimizer (training).")] = OptimizerOpt.adamw,
     strategy: Annotated[StrategyOpt, typer.Option(help="ddp replicates; zero1/2/3 and fsdp shard; tp splits "
                                                        "layers across a node's GPUs.")] = StrategyOpt.ddp,
@@ -138,7 +143,8 @@ def estimate_cmd(
             "nodes": nodes, "interconnect": interconnect, "nics_per_node": nics_per_node, "precision": prec,
             "memory_precision": mem_prec, "tf32": not no_tf32, "batch": cfg.batch, "seq_len": cfg.seq_len,
             "image_size": cfg.image_size, "mode": mode, "phase": ph, "optimizer": cfg.optimizer,
-            "strategy": cfg.strategy, "grad_accumulation": grad_accumulation, "epochs": epochs,
+            "strategy": cfg.strategy, "grad_accumulation": grad_accumulation, "cuda_graphs": cuda_graphs,
+            "epochs": epochs,
             "dataset_size": dataset_size, "tokens": tokens, "price_per_hour": price_per_hour,
             "catalog_files": list(cat.files),
         }
@@ -174,7 +180,7 @@ def estimate_cmd(
 
     kwargs = dict(
         nodes=nodes, interconnect=interconnect, tf32=not no_tf32, compute_precision=prec, phase=ph,
-        nics_per_node=nics_per_node, grad_accumulation=grad_accumulation,
+        nics_per_node=nics_per_node, grad_accumulation=grad_accumulation, cuda_graphs=cuda_graphs,
     )
     est = perf.estimate_performance(g, shape, cfg, **kwargs)
     notes += list(est.notes)
