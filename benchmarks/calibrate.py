@@ -131,6 +131,14 @@ def _decode_context(ref: dict[str, Any]) -> int:
     return max(1, seq // 2)  # generating seq tokens from an (almost) empty context
 
 
+def _cuda_graphs(ref: dict[str, Any]) -> bool:
+    value = ref.get("cuda_graphs")
+    if not isinstance(value, bool):
+        raise SystemExit(f"{REFS}: case {ref['id']!r}: decode rows must say cuda_graphs: true or false "
+                         "(did the engine replay each step as one CUDA graph?)")
+    return value
+
+
 @dataclass
 class Case:
     ref: dict[str, Any]
@@ -213,7 +221,7 @@ def build_case(ref: dict[str, Any], catalog: Any, zoo: Any) -> Case:
         "nodes": nodes, "interconnect": ic, "tf32": True, "compute_precision": prec, "phase": phase,
         "nics_per_node": nics, "grad_accumulation": grad_accumulation,
         # decode rows say whether the engine replayed each step as a CUDA graph
-        "cuda_graphs": ref["cuda_graphs"] if phase == "decode" else True,
+        "cuda_graphs": _cuda_graphs(ref) if phase == "decode" else True,
     }
     return Case(ref=ref, gpu=gpu, shape=shape, cfg=cfg, kwargs=kwargs, assumptions=tuple(assumptions))
 

@@ -331,8 +331,9 @@ class PerfEstimate(BaseModel):
     comm_bandwidth_gb_s: float | None = None
     transport: Literal["none", "nvlink", "pcie", "rdma", "tcp"] = "none"
     phase: str | None = None
-    #: decode steps replayed as CUDA graphs (see estimate_performance)
-    cuda_graphs: bool = True
+    #: decode steps replayed as CUDA graphs (see estimate_performance); None
+    #: outside decode, where the choice changes nothing
+    cuda_graphs: bool | None = None
 
 
 # --------------------------------------------------------------------------
@@ -801,11 +802,12 @@ def _step(
         peak, label = gpu.fp32_tflops, "fp32 CUDA cores (matrix-vector decode)"
         notes = (f"decode at batch <= {GEMV_MAX_BATCH} runs matrix-vector kernels on CUDA cores, not Tensor Cores",)
         if work.samples_per_step > 1:
-            notes = (*notes, f"batch 2-{GEMV_MAX_BATCH} follows llama.cpp's matrix-vector kernels, which become "
-                             "compute-bound on CUDA cores (measured on an RTX 3090: 571 tok/s at 8 tokens per pass "
-                             "against 155 at 1); llama.cpp's throughput then about doubles past batch 8, where it "
-                             "switches to tensor-core kernels, and engines that use tensor-core GEMMs at these "
-                             "batches (TensorRT-LLM, vLLM) can run up to about 2x faster than this estimate")
+            notes = (*notes, (
+                f"batch 2-{GEMV_MAX_BATCH} follows llama.cpp's matrix-vector kernels, which become compute-bound "
+                "on CUDA cores (measured on an RTX 3090: 571 tok/s at 8 tokens per pass against 155 at 1); past "
+                f"batch {GEMV_MAX_BATCH} llama.cpp switches to tensor-core kernels and its throughput about doubles, "
+                "while this estimate jumps by 2-5x depending on the context; engines that use tensor-core GEMMs at "
+                "these batches (TensorRT-LLM, vLLM) can run up to about 2x faster than this estimate"))
     eff = cal.lookup(work.workload, gpu.architecture)
     flops_rate = peak * 1e12 * eff.compute_efficiency
     byte_rate = gpu.bandwidth_gb_s * 1e9 * eff.memory_efficiency
@@ -825,8 +827,8 @@ def _step(
     per_layer_us = eff.graph_layer_overhead_us if cuda_graphs else eff.layer_overhead_us
     overhead_s = work.layers * per_layer_us * 1e-6 * clock
     if overhead_s > 0:
-        how = ("replayed as one CUDA graph (--no-cuda-graphs: kernels launched one by one)" if cuda_graphs
-               else "launched kernel by kernel (--cuda-graphs: replayed as one CUDA graph)")
+        how = ("replayed as one CUDA graph (gpusizer estimate --no-cuda-graphs: kernels launched one by one)"
+               if cuda_graphs else "launched kernel by kernel (gpusizer estimate --cuda-graphs: one CUDA graph)")
         notes = (*notes, f"fixed overhead {per_layer_us * clock:.0f} us per layer and step, each step {how}")
     act_mem_s = work.activation_bytes / byte_rate
     opt_mem_s = work.optimizer_bytes / byte_rate / work.grad_accumulation
@@ -971,7 +973,7 @@ def estimate_performance(
         comm_bandwidth_gb_s=link_bw,
         transport=transport,  # type: ignore[arg-type]
         phase=(phase or "decode") if work.workload == "llm-decode" or phase == "prefill" else None,
-        cuda_graphs=cuda_graphs,
+        cuda_graphs=cuda_graphs if overhead_s > 0 else None,
     )
 
 

@@ -141,7 +141,8 @@ def breakdown_table(est: Any) -> Any:
           f"{_seconds(max(0.0, est.comm_s - est.comm_exposed_s))} hidden behind compute") if est.comm_s else "none"),
     ]
     if est.overhead_s:
-        rows.append(("fixed overhead", est.overhead_s, "kernel launches and synchronisation per layer"))
+        launch = {True: "; each step one CUDA graph", False: "; kernels launched one by one"}.get(est.cuda_graphs, "")
+        rows.append(("fixed overhead", est.overhead_s, f"kernel launches and synchronisation per layer{launch}"))
     longest = max([t for _, t, _ in rows] + [est.step_time_s]) or 1.0
     table = Table(title=f"Step time {_seconds(est.step_time_s)}: {est.bound}-bound", title_justify="left",
                   box=box.SIMPLE_HEAD)
