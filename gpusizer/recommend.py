@@ -21,6 +21,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from gpusizer.catalog import ARCH_ORDER, Gpu
+from gpusizer.choices import Mode
 from gpusizer.errors import UsageError
 from gpusizer.fit import Capacity, GpuFit, fit_model
 from gpusizer.memory import ModelShape, RunConfig, fewest_gpus, largest_batch, make_run_config, sharding_gpus
@@ -244,7 +245,7 @@ class Recommendation(BaseModel):
 
     workload: str
     description: str
-    mode: Literal["train", "inference"]
+    mode: Mode
     precision: str
     precision_from: Literal["--precision", "workload default"]
     #: the memory model's precision for this run (performance.memory_precision)

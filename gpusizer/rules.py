@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from gpusizer import datafiles
 from gpusizer.catalog import ARCH_ORDER, Gpu
-from gpusizer.choices import RULE_PRECISIONS, RulePrecision
+from gpusizer.choices import RULE_PRECISIONS, Mode, RulePrecision
 from gpusizer.errors import DataFileError
 
 #: The precisions ``recommend --precision`` accepts, in the issue's order.
@@ -169,7 +169,7 @@ class When(BaseModel):
     min_nodes: int | None = Field(default=None, ge=1)
     min_total_gpus: int | None = Field(default=None, ge=1)
     precision: tuple[Precision, ...] | None = None
-    mode: Literal["train", "inference"] | None = None
+    mode: Mode | None = None
 
     def holds(self, *, gpus_per_node: int, nodes: int, precision: str, mode: str) -> bool:
         if self.min_gpus_per_node is not None and gpus_per_node < self.min_gpus_per_node:
@@ -293,7 +293,7 @@ class Workload(BaseModel):
 
     name: str
     description: str = Field(min_length=3)
-    mode: Literal["train", "inference"]
+    mode: Mode
     precision: Precision
     speed: SpeedSpec
     criteria: tuple[Criterion, ...] = ()
