@@ -67,6 +67,9 @@ WORKLOAD_CLASSES: tuple[str, ...] = get_args(WorkloadClass)
 #: per-layer overheads are given at this clock and scale with 1 / boost clock
 #: (small, latency-bound kernels run at the SM clock)
 REFERENCE_CLOCK_MHZ = 1500.0
+#: share of the full score matrix a causal fused-attention kernel computes: tiles
+#: wholly above the diagonal are skipped (FlashAttention-2, Dao 2023, section 3.1.1)
+CAUSAL_FLASH_FRACTION = 0.5
 Bound = Literal["compute", "memory", "communication"]
 
 #: PyTorch DDP's default gradient bucket (bucket_cap_mb=25): the last bucket's
@@ -188,6 +191,9 @@ class Efficiency(BaseModel):
     compute_efficiency: float = Field(gt=0, le=1)
     #: achieved fraction of memory bandwidth on the modelled traffic
     memory_efficiency: float = Field(gt=0, le=1)
+    #: achieved fraction of the 16-bit peak in fused (flash) attention kernels, on
+    #: the FLOPs they execute (causal: half the score matrix); 0 = compute_efficiency
+    attention_efficiency: float = Field(default=0.0, ge=0, le=1)
     #: fixed time per layer and step (kernel launches, synchronisation) at
     #: REFERENCE_CLOCK_MHZ when the host launches kernels one by one; it scales
     #: with 1 / the GPU's boost clock
@@ -202,7 +208,7 @@ class Efficiency(BaseModel):
     sm_bandwidth_gb_s: float = Field(default=0.0, ge=0, le=10_000)
     #: which of the values above were fitted for this entry; the others are
     #: taken from the workload's "all" entry
-    fitted: tuple[Literal["compute_efficiency", "memory_efficiency", "layer_overhead_us",
+    fitted: tuple[Literal["compute_efficiency", "memory_efficiency", "attention_efficiency", "layer_overhead_us",
                           "graph_layer_overhead_us", "sm_bandwidth_gb_s"], ...] = (
         "compute_efficiency", "memory_efficiency",
     )
@@ -431,6 +437,12 @@ class Work(BaseModel):
     samples_per_step: float
     tokens_per_sample: int | None
     matmul_flops: float
+    #: the part of matmul_flops in attention's score and value matmuls (QK^T, PV);
+    #: these take 16-bit inputs even where the weights' matmuls run in FP8 or INT8
+    attention_flops: float = 0.0
+    #: attention runs in fused kernels (FlashAttention, SDPA's flash backend), whose
+    #: efficiency is calibrated apart from the GEMMs'
+    fused_attention: bool = False
     #: bytes read by the matmul phase (weights, KV cache), overlapped with its FLOPs
     matmul_bytes: float
     #: activation traffic (memory-bound elementwise work)
@@ -546,6 +558,7 @@ def model_work(
         passes = 4.0  # the forward pass is recomputed during backward
         notes.append("activation checkpointing recomputes the forward pass: 4x forward FLOPs")
     tp_allreduces, tp_bytes = 0, 0.0
+    attn = 0.0
 
     if m is not None and m.kind == "cnn":
         scale = (cfg.image_size / m.image_size) ** 2 if (cfg.image_size and m.image_size) else 1.0
@@ -572,8 +585,8 @@ def model_work(
         mm = _active_matrix_params(m) + _head_params(m, cfg.head)
         if wl == "llm-decode":
             # one new token for each of b sequences, attending to `seq` cached tokens
-            per_token = 2.0 * mm + _attention_flops_per_token(m, seq)
-            flops = per_token * b / tp
+            attn = _attention_flops_per_token(m, seq) * b / tp
+            flops = 2.0 * mm * b / tp + attn
             unit, samples, tokens = "tokens/s", float(b), None
             experts = m.experts or 1
             k = m.experts_per_token or 1
@@ -591,8 +604,14 @@ def model_work(
                 tp_allreduces, tp_bytes = 2 * layers, float(b * m.hidden * 2)
         else:
             tokens_per_step = b * seq
-            per_token = 2.0 * mm + _attention_flops_per_token(m, seq)
-            flops = per_token * tokens_per_step * passes / tp
+            attn_per_token = _attention_flops_per_token(m, seq)
+            if m.kind == "decoder" and cfg.flash_attention:
+                # causal fused kernels skip the masked half of the score matrix
+                # (FlashAttention-2, Dao 2023, section 3.1.1); eager attention computes
+                # the whole matrix and masks it afterwards
+                attn_per_token *= CAUSAL_FLASH_FRACTION
+            attn = attn_per_token * tokens_per_step * passes / tp
+            flops = 2.0 * mm * tokens_per_step * passes / tp + attn
             if m.kind == "decoder" and (train or phase == "prefill"):
                 unit, samples, tokens = "tokens/s", float(tokens_per_step), None
             else:
@@ -654,7 +673,8 @@ def model_work(
         grads = shape.params * width / tp
     return Work(
         workload=wl, unit=unit, samples_per_step=samples, tokens_per_sample=tokens,
-        matmul_flops=flops, matmul_bytes=float(weights_read), activation_bytes=act, optimizer_bytes=opt,
+        matmul_flops=flops, attention_flops=attn, matmul_bytes=float(weights_read),
+        fused_attention=bool(attn) and cfg.flash_attention and wl != "llm-decode", activation_bytes=act, optimizer_bytes=opt,
         layers=int(layers), gradient_bytes=grads, tp_allreduces=tp_allreduces, tp_allreduce_bytes=tp_bytes,
         grad_accumulation=grad_accumulation if train else 1, notes=tuple(notes),
         gemv=wl == "llm-decode" and b <= GEMV_MAX_BATCH,
@@ -812,6 +832,23 @@ def _step(
     flops_rate = peak * 1e12 * eff.compute_efficiency
     byte_rate = gpu.bandwidth_gb_s * 1e9 * eff.memory_efficiency
     compute_s = work.matmul_flops / flops_rate
+    if work.attention_flops > 0 and not work.gemv:
+        attn_peak = peak
+        if precision in ("fp8", "int8", "int4"):
+            # attention multiplies 16-bit Q, K and V (Transformer Engine without fp8_dpa,
+            # FlashAttention, weight-only INT8/INT4 engines): those FLOPs run at the 16-bit rate
+            attn_peak = peak_tflops(gpu, "fp16", tf32=tf32)[0]
+        attn_eff = eff.compute_efficiency
+        if work.fused_attention and eff.attention_efficiency > 0:
+            attn_eff = eff.attention_efficiency
+            notes = (*notes, (
+                f"fused attention is {work.attention_flops / work.matmul_flops:.0%} of the FLOPs and runs at "
+                f"{attn_eff:.0%} of the 16-bit peak, calibrated on LLM Foundry's flash-attention runs (2023); "
+                "FlashAttention-3 or cuDNN attention on Hopper can be about 2x faster"))
+        if attn_peak != peak:
+            notes = (*notes, (f"attention multiplies 16-bit Q, K and V, so its FLOPs run at the {attn_peak:,.0f} "
+                              f"TFLOPS 16-bit rate, not the {precision} rate"))
+        compute_s += work.attention_flops * (1 / (attn_peak * 1e12 * attn_eff) - 1 / flops_rate)
     matmul_rate = byte_rate
     sms = sm_count(gpu)
     if work.gemv and eff.sm_bandwidth_gb_s > 0 and sms and sms * eff.sm_bandwidth_gb_s * 1e9 < byte_rate:

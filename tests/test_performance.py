@@ -93,7 +93,7 @@ def test_rdma_vs_tcp_on_the_same_tesla_cluster_is_about_2_5x(cat, zoo):
     tcp = est(v100, shape(zoo, "alexnet"), interconnect="tcp-10g", **kw)
     assert rdma.transport == "rdma" and tcp.transport == "tcp"
     ratio = rdma.throughput_per_s / tcp.throughput_per_s
-    assert 2.0 <= ratio <= 3.0, ratio  # model: 2.35x
+    assert 2.0 <= ratio <= 3.0, ratio  # model: 2.36x
 
 
 def test_rdma_speedup_at_32_gpus_is_about_30_6x(cat, zoo):
@@ -109,7 +109,7 @@ def test_rdma_speedup_at_32_gpus_is_about_30_6x(cat, zoo):
             image_size=224, gpus=8, nodes=4, interconnect="ib-edr")
     assert e.gpus_total == 32
     assert e.transport == "rdma"
-    assert 28.6 <= e.speedup_vs_1gpu <= 32.0, e.speedup_vs_1gpu  # model: 30.0x
+    assert 28.6 <= e.speedup_vs_1gpu <= 32.0, e.speedup_vs_1gpu  # model: 31.2x
     assert e.scaling_efficiency < 1.0
 
 
@@ -266,13 +266,87 @@ def test_transformer_flops_are_6_params_tokens_plus_attention(zoo):
     m = zoo.resolve("llama-2-7b")
     shp = model_shape_from_zoo(m)
     b, s = 2, 4096
-    work = model_work(shp, RunConfig(mode="train", batch=b, seq_len=s, flash_attention=True), "mixed")
+    eager = model_work(shp, RunConfig(mode="train", batch=b, seq_len=s), "mixed")
+    flash = model_work(shp, RunConfig(mode="train", batch=b, seq_len=s, flash_attention=True), "mixed")
     from gpusizer.memory import matrix_params
 
     n = matrix_params(m) + m.vocab * m.hidden  # linear layers plus the LM head
     attention = 12 * m.layers * s * m.heads * m.attention_head_dim  # PaLM's 6 x (4 L s d) per token
-    assert work.matmul_flops == pytest.approx((6 * n + attention) * b * s)
-    assert work.matmul_flops == pytest.approx(6 * shp.params * b * s, rel=0.2)
+    # eager attention computes the whole score matrix, as PaLM (and MFU) count it
+    assert eager.matmul_flops == pytest.approx((6 * n + attention) * b * s)
+    assert eager.attention_flops == pytest.approx(attention * b * s)
+    assert not eager.fused_attention
+    # a causal fused kernel skips the tiles above the diagonal: half the score matrix
+    assert flash.attention_flops == pytest.approx(attention * b * s / 2)
+    assert flash.matmul_flops == pytest.approx((6 * n + attention / 2) * b * s)
+    assert flash.fused_attention
+    assert flash.matmul_flops == pytest.approx(6 * shp.params * b * s, rel=0.2)
+
+
+def _foundry_row(cases, model, precision, seq, gpu="h100-sxm5-80gb"):
+    usable, _ = cases
+    ids = [c for c in usable if c.id == f"{model}-train-{precision}-{gpu}-8gpu-seq{seq}-foundry"]
+    assert len(ids) == 1, (model, precision, seq)
+    return ids[0]
+
+
+@pytest.mark.parametrize(("seq", "measured"), [
+    # LLM Foundry README (commit 061f2c7), 8 x H100 80GB, MPT-1B, FSDP, same micro-batch and
+    # accumulation in both precisions: tokens/s amp_fp8 / amp_bf16
+    (512, 562523 / 418201),     # 1.35x: the weight matmuls dominate and gain from FP8
+    (32768, 100643 / 96203),    # 1.05x: attention dominates, and it stays 16-bit
+])
+def test_fp8_training_speedup_shrinks_as_attention_grows(cases, calibrate_module, seq, measured):
+    """Transformer Engine's FP8 recipe leaves attention's Q, K, V in 16 bits, so at long
+    sequences FP8 training is barely faster than BF16 (the model once ran attention at the
+    FP8 rate and predicted 3x the measured FP8 throughput at 32k tokens)."""
+    cal = load_calibration()
+    fp8 = calibrate_module.predict(_foundry_row(cases, "mpt-1b", "fp8", seq), cal)
+    bf16 = calibrate_module.predict(_foundry_row(cases, "mpt-1b", "bf16", seq), cal)
+    assert abs(math.log((fp8 / bf16) / measured)) < 0.15, (fp8 / bf16, measured)
+
+
+def test_llm_foundry_sequence_sweeps_are_ordered(cases, calibrate_module):
+    """Each (GPU, MPT size) sweep over sequence lengths without activation checkpointing:
+    the predicted tokens/s fall with the sequence length as measured (Spearman >= 0.9).
+    One measured sweep is not monotonic: MPT-760M on the A100 80GB ran 512 and 1,024 tokens
+    slower than 2,048 (235,571 and 238,122 against 259,472 tokens/s, MFU 45% and 48% against
+    57%), which no sequence-length model reproduces; it is held to 0.85."""
+    usable, _ = cases
+    cal = load_calibration()
+    sweeps: dict[tuple[str, str, str], list] = {}
+    for c in usable:
+        if c.id.endswith("-foundry") and not c.ref.get("checkpointing"):
+            sweeps.setdefault((c.gpu.id, c.ref["model"], c.ref["precision"]), []).append(c)
+    checked = 0
+    for key, rows in sweeps.items():
+        if len(rows) < 4:
+            continue
+        rho = calibrate_module.spearman([calibrate_module.predict(c, cal) for c in rows], [c.measured for c in rows])
+        assert rho >= (0.85 if key == ("a100-sxm4-80gb", "mpt-760m", "bf16") else 0.9), (key, rho)
+        checked += 1
+    assert checked >= 10
+
+
+def test_llm_foundry_training_rows_within_ten_percent_median(cases, calibrate_module):
+    """152 single-node MPT training measurements (125M-30B, 512-65,536 tokens, A100 40/80GB and
+    H100, BF16 and FP8, FSDP); they are calibration rows, so this bounds the fit, not
+    generalisation (docs/method.md gives the error before they were added)."""
+    usable, _ = cases
+    cal = load_calibration()
+    errs = sorted(abs(calibrate_module.predict(c, cal) / c.measured - 1) for c in usable if c.id.endswith("-foundry"))
+    assert len(errs) == 152
+    assert errs[len(errs) // 2] <= 0.10, errs[len(errs) // 2]
+
+
+def test_encoder_attention_is_not_halved(zoo):
+    """Bidirectional attention (BERT) has no masked half to skip, flash or not."""
+    m = zoo.resolve("bert-large")
+    shp = model_shape_from_zoo(m)
+    a = model_work(shp, RunConfig(mode="train", batch=8, seq_len=512), "mixed")
+    b = model_work(shp, RunConfig(mode="train", batch=8, seq_len=512, flash_attention=True), "mixed")
+    assert a.attention_flops == pytest.approx(b.attention_flops)
+    assert a.attention_flops == pytest.approx(12 * m.layers * 512 * m.hidden * 8 * 512)
 
 
 def test_resnet50_conv_output_ratio():
@@ -541,6 +615,26 @@ def test_throughput_never_drops_with_more_peak_or_bandwidth(cat, zoo, gpu_id, wo
 
 
 @settings(max_examples=80, deadline=None)
+@given(
+    gpu_id=st.sampled_from(["a100-sxm4-80gb", "h100-sxm5-80gb", "rtx-4090", "v100-sxm2-16gb", "l40s"]),
+    model=st.sampled_from(["mpt-125m", "mpt-1b", "llama-2-7b", "gpt2"]),
+    log_seq=st.integers(8, 14),
+    precision=st.sampled_from(["mixed", "bf16", "fp8"]),
+    flash=st.booleans(),
+)
+def test_tokens_per_second_fall_as_sequences_grow_at_fixed_tokens_per_step(
+        cat, zoo, gpu_id, model, log_seq, precision, flash):
+    """Attention work per token grows with the context, so at a fixed number of tokens per
+    step a longer sequence is never faster."""
+    gpu = cat.by_id(gpu_id)
+    s = shape(zoo, model)
+    kw = {"mode": "train", "precision": "mixed", "compute_precision": precision, "flash_attention": flash}
+    seq = 2 ** log_seq
+    short = est(gpu, s, batch=2 ** 15 // seq, seq_len=seq, **kw)
+    long = est(gpu, s, batch=2 ** 14 // seq, seq_len=2 * seq, **kw)
+    assert long.throughput_per_s <= short.throughput_per_s * (1 + 1e-9)
+
+
 @given(
     gpu_id=st.sampled_from(["v100-sxm2-16gb", "rtx-3090", "a100-sxm4-80gb", "h100-sxm5-80gb", "gtx-1080-ti"]),
     workload=st.sampled_from(range(len(WORKLOADS))),
