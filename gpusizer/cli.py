@@ -273,6 +273,9 @@ ModelOpt = Annotated[Optional[str], typer.Option("--model", help="A model from t
 HfConfigOpt = Annotated[Optional[Path], typer.Option("--hf-config", help="A local Hugging Face config.json (no network).")]
 BatchOpt = Annotated[Optional[int], typer.Option("--batch", min=1, help="Batch per GPU (per model replica with tp). Default 1.")]
 SeqOpt = Annotated[Optional[int], typer.Option("--seq-len", min=1, help="Sequence length in tokens (transformers, RNNs).")]
+FlashOpt = Annotated[bool, typer.Option(
+    "--flash-attention", help="Fused attention (FlashAttention, PyTorch SDPA): no s x s score matrix is kept, and "
+                              "causal models compute half of it.")]
 ImageOpt = Annotated[Optional[int], typer.Option("--image-size", min=8, help="Image side in pixels (CNNs).")]
 
 
@@ -358,7 +361,7 @@ def fit_model_cmd(
     ] = None,
     optimizer: Annotated[OptimizerOpt, typer.Option(help="Optimizer (training).")] = OptimizerOpt.adamw,
     checkpointing: Annotated[bool, typer.Option("--checkpointing", help="Activation recomputation.")] = False,
-    flash_attention: Annotated[bool, typer.Option("--flash-attention", help="Fused attention (no s x s scores).")] = False,
+    flash_attention: FlashOpt = False,
     head: Annotated[HeadOpt, typer.Option(help="Transformer output: lm = vocabulary logits for every token; classifier = a few classes.")] = HeadOpt.lm,
     grad_accumulation: Annotated[int, typer.Option(min=1, help="Micro-batches per optimizer step; >1 keeps gradients alive through backward.")] = 1,
     gpus: Annotated[int, typer.Option(min=1, help="GPUs the run is spread over.")] = 1,

@@ -14,6 +14,7 @@ import typer
 from gpusizer import choices
 from gpusizer.cli import (
     CatalogOpt,
+    FlashOpt,
     HeadOpt,
     HfConfigOpt,
     ImageOpt,
@@ -87,7 +88,7 @@ def estimate_cmd(
     head: Annotated[HeadOpt, typer.Option(help="Transformer output: lm = vocabulary logits for every token; "
                                                "classifier = a few classes.")] = HeadOpt.lm,
     checkpointing: Annotated[bool, typer.Option("--checkpointing", help="Activation recomputation.")] = False,
-    flash_attention: Annotated[bool, typer.Option("--flash-attention", help="Fused attention.")] = False,
+    flash_attention: FlashOpt = False,
     grad_accumulation: Annotated[int, typer.Option(min=1, help="Micro-batches per optimizer step.")] = 1,
     epochs: Annotated[Optional[float], typer.Option("--epochs", min=0, help="Epochs to train (with --dataset-size).")] = None,
     dataset_size: Annotated[Optional[str], typer.Option(

@@ -15,6 +15,7 @@ from gpusizer import choices, cli
 from gpusizer.cli import (
     BatchOpt,
     CatalogOpt,
+    FlashOpt,
     HfConfigOpt,
     ImageOpt,
     JsonOpt,
@@ -70,6 +71,7 @@ def recommend_cmd(
     hf_config: HfConfigOpt = None,
     batch: BatchOpt = None,
     seq_len: SeqOpt = None,
+    flash_attention: FlashOpt = False,
     image_size: ImageOpt = None,
     optimizer: Annotated[OptimizerOpt, typer.Option(help="Optimizer (training), for the memory fit.")] = OptimizerOpt.adamw,
     strategy: Annotated[StrategyOpt, typer.Option(help="ddp replicates; zero1/2/3, fsdp and tp shard over all GPUs.")] = StrategyOpt.ddp,
@@ -126,8 +128,8 @@ def recommend_cmd(
         raise UsageError("--batch needs --model, --params or --hf-config", hint="e.g. --model resnet50 --batch 64")
     req = RecommendRequest(
         workload=workload, precision=precision.value if precision else None, shape=shape, batch=batch,
-        seq_len=seq_len, image_size=image_size, optimizer=optimizer.value, strategy=strategy.value,
-        gpus_per_node=gpus, nodes=nodes, interconnect=interconnect, budget_usd=budget, max_power_w=max_power,
+        seq_len=seq_len, image_size=image_size, flash_attention=flash_attention, optimizer=optimizer.value,
+        strategy=strategy.value, gpus_per_node=gpus, nodes=nodes, interconnect=interconnect, budget_usd=budget, max_power_w=max_power,
         require=_split(require), segments=_split(segment), top=top, sort=sort.value,
     )
     notes: list[str] = []
@@ -159,6 +161,7 @@ def recommend_cmd(
         inputs = {
             "workload": workload, "precision": rec.precision, "model": shape.name if shape else None,
             "params": shape.params if shape else None, "batch": batch, "seq_len": seq_len, "image_size": image_size,
+            "flash_attention": flash_attention,
             "optimizer": optimizer.value, "strategy": strategy.value, "gpus_per_node": gpus, "nodes": nodes,
             "interconnect": interconnect, "budget_usd": budget, "max_power_w": max_power, "require": list(req.require),
             "segments": list(req.segments), "top": top, "sort": sort.value, "local": local,

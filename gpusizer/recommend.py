@@ -119,6 +119,8 @@ class RecommendRequest(BaseModel):
     batch: int | None = None
     seq_len: int | None = None
     image_size: int | None = None
+    #: fused attention (memory fit and speed), as fit-model and estimate --flash-attention
+    flash_attention: bool = False
     optimizer: str = "adamw"
     strategy: str = "ddp"
     gpus_per_node: int = 1
@@ -523,6 +525,7 @@ def recommend(
     mem_cfg = make_run_config(
         mode=wl.mode, precision=mp, optimizer=req.optimizer, batch=req.batch, seq_len=req.seq_len,
         image_size=req.image_size, gpus=sharding_gpus(req.strategy, req.gpus_per_node, req.nodes), strategy=req.strategy,
+        flash_attention=req.flash_attention,
     )
     if req.shape is not None:
         caps = [Capacity(gpu=c.gpu, label=c.label, memory_bytes=c.capacity_bytes, source=c.capacity_source)

@@ -780,3 +780,21 @@ def test_sharded_options_respect_budget_nodes_and_the_given_strategy(cli_json):
     four = cli_json("recommend", "--workload", "llm-inference", "--model", "llama-2-13b", "--gpus", "4")
     assert any(o["strategy"] == "tp" and o["gpus"] == 2 and "rtx-4090" in o["gpu_ids"]
                for o in four["results"]["sharded_options"])
+
+
+def test_flash_attention_reaches_the_memory_fit_and_the_speed_column(cli_json):
+    """Llama 2 7B at 8,192 tokens under FSDP on 8 GPUs: eager attention keeps 32 heads x
+    8,192^2 scores per layer and fits nowhere (exit 4); with --flash-attention the 80 GB
+    H100 qualifies, and its speed is exactly what 'gpusizer estimate' says for that run."""
+    args = ("recommend", "--workload", "llm-train", "--model", "llama-2-7b", "--seq-len", "8192", "--batch", "1",
+            "--gpus", "8", "--strategy", "fsdp", "--top", "50")
+    eager = cli_json(*args, code=4)
+    flash = cli_json(*args, "--flash-attention")
+    assert eager["input"]["flash_attention"] is False and flash["input"]["flash_attention"] is True
+    assert eager["results"]["ranked"] == []
+    ranked = {g["gpu_id"]: g for g in flash["results"]["ranked"]}
+    assert "h100-sxm5-80gb" in ranked
+    est = cli_json("estimate", "--model", "llama-2-7b", "--gpu", "h100-sxm5-80gb", "--gpus", "8", "--strategy", "fsdp",
+                   "--seq-len", "8192", "--batch", "1", "--flash-attention")
+    assert math.isclose(ranked["h100-sxm5-80gb"]["speed"]["throughput_per_s"],
+                        est["results"]["estimate"]["throughput_per_s"], rel_tol=1e-9)
