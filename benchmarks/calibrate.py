@@ -175,7 +175,7 @@ def build_case(ref: dict[str, Any], catalog: Any, zoo: Any) -> Case:
     mode = "train" if task == "train" else "inference"
     phase = {"inference-decode": "decode", "inference-prefill": "prefill"}.get(task)
     prec = ref["precision"]
-    mem_prec = ref.get("memory_precision") or {"tf32": "fp32", "fp8": "mixed" if mode == "train" else "int8"}.get(prec, prec)
+    mem_prec = {"tf32": "fp32", "fp8": "mixed" if mode == "train" else "int8"}.get(prec, prec)
     assumptions: list[str] = []
     batch = ref["batch"]
     if batch is None:
@@ -227,6 +227,7 @@ def build_case(ref: dict[str, Any], catalog: Any, zoo: Any) -> Case:
         "nics_per_node": nics, "grad_accumulation": grad_accumulation,
         # decode rows say whether the engine replayed each step as a CUDA graph
         "cuda_graphs": _cuda_graphs(ref) if phase == "decode" else True,
+        "attention_kernels": ref.get("attention_kernels") or "current",
     }
     return Case(ref=ref, gpu=gpu, shape=shape, cfg=cfg, kwargs=kwargs, assumptions=tuple(assumptions))
 
@@ -357,7 +358,7 @@ GRID = tuple(round(0.05 * (20 ** (k / 11)), 4) for k in range(12))
 OVERHEAD_CLASSES = ("llm-decode",)
 #: classes whose per-SM matrix-vector bandwidth is fitted (small-batch decode)
 SM_BANDWIDTH_CLASSES = ("llm-decode",)
-#: classes whose fused-attention efficiency is fitted (where rows run flash attention)
+#: classes whose fused-attention efficiency is fitted (where rows ran LLM Foundry's 2023 kernels)
 ATTENTION_CLASSES = ("transformer-train",)
 
 
@@ -404,6 +405,10 @@ def _cases_for(cal: Calibration, index: int, cases: list[Case]) -> list[Case]:
     return [c for c in cases if cal.lookup(c.workload, c.gpu.architecture) is entry]
 
 
+def _old_kernels(c: Case) -> bool:
+    return c.cfg.flash_attention and c.kwargs.get("attention_kernels") == "llm-foundry-2023"
+
+
 def _structure(calib: list[Case]) -> list[Efficiency]:
     """Which entries exist: an 'all' entry per class with data, plus generation entries with enough data."""
     entries: list[Efficiency] = []
@@ -415,7 +420,7 @@ def _structure(calib: list[Case]) -> list[Efficiency]:
         rows = by_class[wl]
         overhead = 50.0 if wl in OVERHEAD_CLASSES else 0.0
         sm_bw = 20.0 if wl in SM_BANDWIDTH_CLASSES else 0.0
-        attention = wl in ATTENTION_CLASSES and any(c.cfg.flash_attention for c in rows)
+        attention = wl in ATTENTION_CLASSES and any(_old_kernels(c) for c in rows)
         fitted = (("compute_efficiency", "memory_efficiency")
                   + (("attention_efficiency",) if attention else ())
                   + (("layer_overhead_us", "graph_layer_overhead_us") if overhead else ())
@@ -434,7 +439,8 @@ def _structure(calib: list[Case]) -> list[Efficiency]:
                                           memory_efficiency=0.6, layer_overhead_us=overhead,
                                           graph_layer_overhead_us=overhead / 2,
                                           fitted_on=tuple(sorted(c.id for c in sub)),
-                                          fitted=GEN_FITTED + (("attention_efficiency",) if attention else ())))
+                                          fitted=GEN_FITTED + (("attention_efficiency",)
+                                                               if attention and any(_old_kernels(c) for c in sub) else ())))
     return entries
 
 
@@ -618,8 +624,8 @@ def write_calibration(cal: Calibration, rep: dict[str, Any]) -> None:
         "# the class's fallback) and lists the reference rows (tests/data/perf_refs.yaml) it was fitted on.\n"
         "# compute_efficiency: fraction of the precision's peak reached on matmul/convolution FLOPs;\n"
         "# memory_efficiency: fraction of memory bandwidth reached on the modelled traffic;\n"
-        "# attention_efficiency: fraction of the 16-bit peak reached by fused (flash) attention kernels on the\n"
-        "# FLOPs they execute (0: compute_efficiency applies);\n"
+        "# attention_efficiency: fraction of the peak reached by the fused-attention kernels LLM Foundry ran in\n"
+        "# 2023, on the FLOPs they execute (its rows only; current kernels run at compute_efficiency);\n"
         "# layer_overhead_us: fixed time per layer and step when kernels are launched one by one (launch-bound\n"
         "# single-stream decode); graph_layer_overhead_us: the same when each step is replayed as a CUDA graph;\n"
         "# sm_bandwidth_gb_s: bandwidth one SM sustains in small-batch matrix-vector decode kernels (0: no limit).\n"

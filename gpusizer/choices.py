@@ -23,6 +23,9 @@ Optimizer = Literal["sgd", "momentum", "adam", "adamw", "adafactor", "adam8bit"]
 Strategy = Literal["ddp", "zero1", "zero2", "zero3", "fsdp", "tp"]
 Head = Literal["lm", "classifier"]
 Phase = Literal["decode", "prefill"]
+#: Which fused-attention kernels a run uses: current ones (FlashAttention-2/3, cuDNN),
+#: timed at the matmuls' efficiency, or the slower ones LLM Foundry measured in 2023.
+AttentionKernels = Literal["current", "llm-foundry-2023"]
 
 PRECISIONS: tuple[str, ...] = get_args(Precision)
 PERF_PRECISIONS: tuple[str, ...] = get_args(PerfPrecision)
@@ -31,6 +34,7 @@ OPTIMIZERS: tuple[str, ...] = get_args(Optimizer)
 STRATEGIES: tuple[str, ...] = get_args(Strategy)
 HEADS: tuple[str, ...] = get_args(Head)
 PHASES: tuple[str, ...] = get_args(Phase)
+ATTENTION_KERNELS: tuple[str, ...] = get_args(AttentionKernels)
 
 
 def choice_enum(name: str, values: tuple[str, ...]) -> type[Enum]:

@@ -44,7 +44,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gpusizer import datafiles
 from gpusizer.catalog import ARCH_ORDER, Gpu, Source
-from gpusizer.choices import PERF_PRECISIONS, Phase
+from gpusizer.choices import PERF_PRECISIONS, AttentionKernels, Phase
 from gpusizer.errors import DataFileError, UsageError
 from gpusizer.memory import (
     DEFAULT_SEQ_CAP,
@@ -191,8 +191,10 @@ class Efficiency(BaseModel):
     compute_efficiency: float = Field(gt=0, le=1)
     #: achieved fraction of memory bandwidth on the modelled traffic
     memory_efficiency: float = Field(gt=0, le=1)
-    #: achieved fraction of the 16-bit peak in fused (flash) attention kernels, on
-    #: the FLOPs they execute (causal: half the score matrix); 0 = compute_efficiency
+    #: achieved fraction of the peak in the fused-attention kernels LLM Foundry ran in
+    #: 2023, on the FLOPs they execute (causal: half the score matrix); used for runs
+    #: with attention_kernels="llm-foundry-2023" (its reference rows); current kernels
+    #: are timed at compute_efficiency. 0 = not fitted
     attention_efficiency: float = Field(default=0.0, ge=0, le=1)
     #: fixed time per layer and step (kernel launches, synchronisation) at
     #: REFERENCE_CLOCK_MHZ when the host launches kernels one by one; it scales
@@ -813,6 +815,7 @@ def sm_count(gpu: Gpu) -> int | None:
 
 def _step(
     work: Work, gpu: Gpu, precision: str, tf32: bool, cal: Calibration, cuda_graphs: bool = True,
+    attention_kernels: AttentionKernels = "current",
 ) -> tuple[float, float, float, float, float, str, tuple[str, ...], Any]:
     """(compute_s, memory_s, overhead_s, step_s without comm, peak, label, notes, efficiency)."""
     peak, label, notes = peak_tflops(gpu, precision, tf32=tf32)
@@ -834,20 +837,24 @@ def _step(
     compute_s = work.matmul_flops / flops_rate
     if work.attention_flops > 0 and not work.gemv:
         attn_peak = peak
-        if precision in ("fp8", "int8", "int4"):
+        if precision in ("fp8", "int4"):
             # attention multiplies 16-bit Q, K and V (Transformer Engine without fp8_dpa,
-            # FlashAttention, weight-only INT8/INT4 engines): those FLOPs run at the 16-bit rate
+            # weight-only INT4 engines): those FLOPs run at the 16-bit rate
             attn_peak = peak_tflops(gpu, "fp16", tf32=tf32)[0]
-        attn_eff = eff.compute_efficiency
-        if work.fused_attention and eff.attention_efficiency > 0:
-            attn_eff = eff.attention_efficiency
-            notes = (*notes, (
-                f"fused attention is {work.attention_flops / work.matmul_flops:.0%} of the FLOPs and runs at "
-                f"{attn_eff:.0%} of the 16-bit peak, calibrated on LLM Foundry's flash-attention runs (2023); "
-                "FlashAttention-3 or cuDNN attention on Hopper can be about 2x faster"))
-        if attn_peak != peak:
             notes = (*notes, (f"attention multiplies 16-bit Q, K and V, so its FLOPs run at the {attn_peak:,.0f} "
                               f"TFLOPS 16-bit rate, not the {precision} rate"))
+        attn_eff = eff.compute_efficiency
+        share = work.attention_flops / work.matmul_flops
+        if work.fused_attention and eff.attention_efficiency > 0:
+            if attention_kernels == "llm-foundry-2023":
+                attn_eff = eff.attention_efficiency
+            elif share >= 0.02:
+                notes = (*notes, (
+                    f"fused attention is {share:.0%} of the FLOPs, timed at the matmuls' efficiency "
+                    f"({eff.compute_efficiency:.0%} of peak), as current kernels (FlashAttention-2/3, cuDNN) run; the "
+                    f"kernels LLM Foundry measured in 2023 reached {eff.attention_efficiency:.0%} on this GPU "
+                    "generation, which would make the attention part "
+                    f"{eff.compute_efficiency / eff.attention_efficiency:.1f}x slower"))
         compute_s += work.attention_flops * (1 / (attn_peak * 1e12 * attn_eff) - 1 / flops_rate)
     matmul_rate = byte_rate
     sms = sm_count(gpu)
@@ -886,6 +893,7 @@ def estimate_performance(
     nics_per_node: int | None = None,
     grad_accumulation: int = 1,
     cuda_graphs: bool = True,
+    attention_kernels: AttentionKernels = "current",
     calibration: Calibration | None = None,
     interconnects: Interconnects | None = None,
 ) -> PerfEstimate:
@@ -901,6 +909,9 @@ def estimate_performance(
     ``cuda_graphs`` says whether each decode step's kernels are replayed as one
     CUDA graph (TensorRT-LLM, vLLM, SGLang, llama.cpp at batch 1 since May 2024)
     or launched one by one from the host; it sets the per-layer overhead.
+    ``attention_kernels`` times fused attention at the matmuls' efficiency
+    ("current") or at the calibrated efficiency of the kernels LLM Foundry ran in
+    2023 ("llm-foundry-2023", what its reference rows need).
     """
     if grad_accumulation < 1:
         raise UsageError("--grad-accumulation must be at least 1")
@@ -920,7 +931,8 @@ def estimate_performance(
 
     work = model_work(shape, cfg, precision, phase=phase, tp=tp, dp=n_total if tp == 1 else 1,
                       grad_accumulation=grad_accumulation)
-    compute_s, memory_s, overhead_s, base_step, peak, label, peak_notes, eff = _step(work, gpu, precision, tf32, cal, cuda_graphs)
+    compute_s, memory_s, overhead_s, base_step, peak, label, peak_notes, eff = _step(
+        work, gpu, precision, tf32, cal, cuda_graphs, attention_kernels)
     notes: list[str] = [*peak_notes, *work.notes]
 
     comm_s = 0.0
@@ -970,7 +982,7 @@ def estimate_performance(
         # against one GPU holding the whole replica with the same batch
         single_cfg = cfg.model_copy(update={"gpus": 1, "strategy": "ddp"})
         single_work = model_work(shape, single_cfg, precision, phase=phase, grad_accumulation=grad_accumulation)
-        single_step = _step(single_work, gpu, precision, tf32, cal, cuda_graphs)[3]
+        single_step = _step(single_work, gpu, precision, tf32, cal, cuda_graphs, attention_kernels)[3]
         speedup = throughput / (single_work.samples_per_step / single_step)
         efficiency = speedup / n_total
     else:

@@ -256,3 +256,15 @@ def test_eager_decode_matches_held_out_measurements(cli_json, gpu, precision, me
     assert abs(eager / measured - 1) < 0.1, (source, eager, measured)
     # these engines launched kernels one by one: the graphs estimate is the worse fit
     assert abs(graphs / measured - 1) > abs(eager / measured - 1) + 0.1, (source, graphs, measured)
+
+
+def test_fused_attention_note_says_what_older_kernels_would_cost(cli_json):
+    """At 8,192 tokens attention is a seventh of MPT-7B's FLOPs: the note gives its share and how
+    much slower the 2023 kernels LLM Foundry ran would make it; at 128 tokens it stays quiet."""
+    base = ("estimate", "--model", "mpt-7b", "--gpu", "h100-sxm5-80gb", "--gpus", "8", "--strategy", "fsdp",
+            "--batch", "1", "--flash-attention")
+    long = cli_json(*base, "--seq-len", "8192")
+    note = next(n for n in long["notes"] if n.startswith("fused attention is"))
+    assert "14% of the FLOPs" in note and "2023" in note and "x slower" in note
+    short = cli_json(*base, "--seq-len", "128")
+    assert not any(n.startswith("fused attention is") for n in short["notes"])

@@ -93,7 +93,7 @@ def test_rdma_vs_tcp_on_the_same_tesla_cluster_is_about_2_5x(cat, zoo):
     tcp = est(v100, shape(zoo, "alexnet"), interconnect="tcp-10g", **kw)
     assert rdma.transport == "rdma" and tcp.transport == "tcp"
     ratio = rdma.throughput_per_s / tcp.throughput_per_s
-    assert 2.0 <= ratio <= 3.0, ratio  # model: 2.36x
+    assert 2.0 <= ratio <= 3.0, ratio  # model: 2.37x
 
 
 def test_rdma_speedup_at_32_gpus_is_about_30_6x(cat, zoo):
@@ -109,7 +109,7 @@ def test_rdma_speedup_at_32_gpus_is_about_30_6x(cat, zoo):
             image_size=224, gpus=8, nodes=4, interconnect="ib-edr")
     assert e.gpus_total == 32
     assert e.transport == "rdma"
-    assert 28.6 <= e.speedup_vs_1gpu <= 32.0, e.speedup_vs_1gpu  # model: 31.2x
+    assert 28.6 <= e.speedup_vs_1gpu <= 32.0, e.speedup_vs_1gpu  # model: 31.1x
     assert e.scaling_efficiency < 1.0
 
 
@@ -323,9 +323,26 @@ def test_llm_foundry_sequence_sweeps_are_ordered(cases, calibrate_module):
         if len(rows) < 4:
             continue
         rho = calibrate_module.spearman([calibrate_module.predict(c, cal) for c in rows], [c.measured for c in rows])
-        assert rho >= (0.85 if key == ("a100-sxm4-80gb", "mpt-760m", "bf16") else 0.9), (key, rho)
+        assert rho >= (0.85 if key == ("a100-sxm4-80gb", "mpt-760m", "mixed") else 0.9), (key, rho)
         checked += 1
     assert checked >= 10
+
+
+def test_current_attention_kernels_fit_the_nemo_and_megatron_llama_runs(cases, calibrate_module):
+    """NeMo 24.07 and Megatron-Bridge train Llama in FP8 with Transformer Engine's cuDNN fused
+    attention: timed at the matmuls' efficiency ("current", the default) every row is within
+    20%; timed like the 2023 kernels LLM Foundry ran, each would be predicted 13-30% slower."""
+    usable, _ = cases
+    cal = load_calibration()
+    rows = [c for c in usable if "nemo2407" in c.id or "megatron-bridge" in c.id]
+    assert len(rows) == 5
+    for c in rows:
+        assert c.kwargs["attention_kernels"] == "current"
+        now = calibrate_module.predict(c, cal)
+        assert abs(now / c.measured - 1) < 0.20, (c.id, now / c.measured - 1)
+        old = calibrate_module.Case(ref=c.ref, gpu=c.gpu, shape=c.shape, cfg=c.cfg,
+                                    kwargs={**c.kwargs, "attention_kernels": "llm-foundry-2023"})
+        assert calibrate_module.predict(old, cal) < now * 0.9, c.id
 
 
 def test_llm_foundry_training_rows_within_ten_percent_median(cases, calibrate_module):
@@ -614,7 +631,7 @@ def test_throughput_never_drops_with_more_peak_or_bandwidth(cat, zoo, gpu_id, wo
     assert faster.throughput_per_s >= base.throughput_per_s * (1 - 1e-9)
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(
     gpu_id=st.sampled_from(["a100-sxm4-80gb", "h100-sxm5-80gb", "rtx-4090", "v100-sxm2-16gb", "l40s"]),
     model=st.sampled_from(["mpt-125m", "mpt-1b", "llama-2-7b", "gpt2"]),
@@ -635,6 +652,7 @@ def test_tokens_per_second_fall_as_sequences_grow_at_fixed_tokens_per_step(
     assert long.throughput_per_s <= short.throughput_per_s * (1 + 1e-9)
 
 
+@settings(max_examples=80, deadline=None)
 @given(
     gpu_id=st.sampled_from(["v100-sxm2-16gb", "rtx-3090", "a100-sxm4-80gb", "h100-sxm5-80gb", "gtx-1080-ti"]),
     workload=st.sampled_from(range(len(WORKLOADS))),
