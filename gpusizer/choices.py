@@ -34,7 +34,6 @@ OPTIMIZERS: tuple[str, ...] = get_args(Optimizer)
 STRATEGIES: tuple[str, ...] = get_args(Strategy)
 HEADS: tuple[str, ...] = get_args(Head)
 PHASES: tuple[str, ...] = get_args(Phase)
-ATTENTION_KERNELS: tuple[str, ...] = get_args(AttentionKernels)
 
 
 def choice_enum(name: str, values: tuple[str, ...]) -> type[Enum]:

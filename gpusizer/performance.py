@@ -440,10 +440,10 @@ class Work(BaseModel):
     tokens_per_sample: int | None
     matmul_flops: float
     #: the part of matmul_flops in attention's score and value matmuls (QK^T, PV);
-    #: these take 16-bit inputs even where the weights' matmuls run in FP8 or INT8
+    #: these take 16-bit inputs even where the weights' matmuls run in FP8 or INT4
     attention_flops: float = 0.0
-    #: attention runs in fused kernels (FlashAttention, SDPA's flash backend), whose
-    #: efficiency is calibrated apart from the GEMMs'
+    #: attention runs in fused kernels (FlashAttention, SDPA's flash backend); only
+    #: LLM Foundry's 2023 kernels are timed apart from the GEMMs (attention_kernels)
     fused_attention: bool = False
     #: bytes read by the matmul phase (weights, KV cache), overlapped with its FLOPs
     matmul_bytes: float
@@ -841,6 +841,7 @@ def _step(
             # attention multiplies 16-bit Q, K and V (Transformer Engine without fp8_dpa,
             # weight-only INT4 engines): those FLOPs run at the 16-bit rate
             attn_peak = peak_tflops(gpu, "fp16", tf32=tf32)[0]
+        if attn_peak != peak:
             notes = (*notes, (f"attention multiplies 16-bit Q, K and V, so its FLOPs run at the {attn_peak:,.0f} "
                               f"TFLOPS 16-bit rate, not the {precision} rate"))
         attn_eff = eff.compute_efficiency
