@@ -211,6 +211,9 @@ def normalise(name: str) -> str:
 _VENDOR_WORDS = frozenset({"nvidia", "tesla", "geforce", "quadro"})
 #: Product-line words that users often leave out too ("1080 Ti", "3090").
 _LINE_WORDS = frozenset({"gtx", "rtx"})
+#: Words that make a different card, not a variant of the same one: a partial name
+#: without them never matches a name with them ("RTX 4070" is not the 4070 Ti).
+_TIER_WORDS = frozenset({"ti", "super"})
 
 
 def name_tokens(name: str, *, drop_line_words: bool = False) -> tuple[str, ...]:
@@ -236,7 +239,8 @@ def resolve_name(gpus: Sequence[Gpu], name: str) -> Resolution:
        and vendor words ("Tesla", "NVIDIA", "GeForce"), then also ignoring
        "GTX"/"RTX";
     3. a partial name whose words all appear in some entries' names
-       ("v100", "a100 80gb"): one candidate wins; several candidates are
+       ("v100", "a100 80gb"), where the name adds no tier word ("Ti",
+       "Super": "RTX 4070" is not the 4070 Ti): one candidate wins; several candidates are
        settled by their family default, and the result says which one was
        picked; otherwise the name is ambiguous and the candidates are listed.
     An unknown name raises a UsageError suggesting close matches.
@@ -263,11 +267,12 @@ def resolve_name(gpus: Sequence[Gpu], name: str) -> Resolution:
             )
 
     words = set(name_tokens(query, drop_line_words=True))
-    candidates = [
-        gpu
-        for gpu in gpus
-        if any(words <= set(name_tokens(n, drop_line_words=True)) for n in _names_of(gpu))
-    ]
+
+    def covers(entry_name: str) -> bool:
+        entry = set(name_tokens(entry_name, drop_line_words=True))
+        return words <= entry and not (entry - words) & _TIER_WORDS
+
+    candidates = [gpu for gpu in gpus if any(covers(n) for n in _names_of(gpu))]
     if len(candidates) == 1:
         return Resolution(query=name, gpu=candidates[0], matched_by="name")
     if candidates:
@@ -288,7 +293,9 @@ def resolve_name(gpus: Sequence[Gpu], name: str) -> Resolution:
         for n in _names_of(gpu):
             vocabulary.setdefault(normalise(n), gpu.id)
     close = difflib.get_close_matches(normalise(query), list(vocabulary), n=8, cutoff=0.6)
-    suggestions = list(dict.fromkeys(vocabulary[c] for c in close))[:4]
+    # entries the name would match but for a tier word ("RTX 4060" -> the 4060 Ti) come first
+    tiers = [g.id for g in gpus if any(words <= set(name_tokens(n, drop_line_words=True)) for n in _names_of(g))]
+    suggestions = list(dict.fromkeys([*tiers, *(vocabulary[c] for c in close)]))[:4]
     hint = f"did you mean {', '.join(suggestions)}?" if suggestions else "run 'gpusizer catalog list' to see the ids"
     raise UsageError(f"unknown GPU {name!r}", hint=hint)
 

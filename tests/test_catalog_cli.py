@@ -55,6 +55,16 @@ def test_ambiguous_name_lists_candidates():
     assert "a100-pcie-40gb" in err.value.message and "a100-pcie-80gb" in err.value.message
 
 
+@pytest.mark.parametrize(("name", "suggested"), [("RTX 4070", "rtx-4070-ti"), ("RTX 4060", "rtx-4060-ti-16gb")])
+def test_partial_name_never_adds_a_tier_word(name, suggested):
+    # the RTX 4070 and 4060 are other cards than the 4070 Ti and 4060 Ti: no silent match
+    with pytest.raises(UsageError) as err:
+        resolve_name(GPUS, name)
+    assert err.value.message == f"unknown GPU {name!r}"
+    assert suggested in err.value.hint
+    assert resolve_name(GPUS, name + " Ti").gpu.id == suggested
+
+
 def test_unknown_name_suggests_close_matches():
     with pytest.raises(UsageError) as err:
         resolve_name(GPUS, "rtx 4009")
