@@ -40,7 +40,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from gpusizer import datafiles
 from gpusizer.catalog import ARCH_ORDER, Gpu, Source
@@ -216,6 +216,14 @@ class Efficiency(BaseModel):
     )
     #: reference case ids (tests/data/perf_refs.yaml) the values were fitted on
     fitted_on: tuple[str, ...] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _graphs_remove_overhead(self) -> Efficiency:
+        if self.graph_layer_overhead_us > self.layer_overhead_us:
+            raise ValueError(
+                f"graph_layer_overhead_us ({self.graph_layer_overhead_us}) exceeds layer_overhead_us "
+                f"({self.layer_overhead_us}): a CUDA graph only removes launch time")
+        return self
 
 
 class Calibration(BaseModel):
