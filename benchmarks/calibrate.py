@@ -2,7 +2,8 @@
 calibration and held-out errors.
 
     python benchmarks/calibrate.py            # fit, print the report
-    python benchmarks/calibrate.py --write    # ... and rewrite data/calibration.yaml
+    python benchmarks/calibrate.py --write    # ... and rewrite data/calibration.yaml and
+                                              # tests/data/calibration_split.yaml
     python benchmarks/calibrate.py --json     # the report as JSON
 
 References: tests/data/perf_refs.yaml (every row cites its source). The engine is
@@ -28,7 +29,7 @@ The constants (data/calibration.yaml):
   For each workload class, an "all" entry (compute efficiency, memory efficiency,
   for transformer training the efficiency of fused attention, and for decode a
   per-layer overhead and the bandwidth per SM of small-batch matrix-vector
-  kernels) fitted on all of the class's calibration rows; and a
+  kernels) fitted on all of the class's rows in the fit; and a
   generation-specific entry where the class has at least MIN_ROWS calibration
   rows on at least MIN_GPUS GPUs of that generation. One data-parallel overhead
   is fitted on the multi-GPU training rows whose suite also measured the same
@@ -669,7 +670,8 @@ def _write(path: Path, cal: Calibration, rep: dict[str, Any], split_text: str) -
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--write", action="store_true", help="rewrite data/calibration.yaml")
+    parser.add_argument("--write", action="store_true",
+                        help="rewrite data/calibration.yaml and tests/data/calibration_split.yaml")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--no-fit", action="store_true", help="evaluate the bundled constants without fitting")
     parser.add_argument("--sweeps", type=int, default=4)
