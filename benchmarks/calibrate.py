@@ -692,7 +692,6 @@ def main(argv: list[str] | None = None) -> int:
     rep = report(cases, excluded, split_cal)
     shipped = evaluate(cases, cal)
     rep["shipped"] = {k: v for k, v in shipped.items() if k not in ("predictions", "errors")}
-    rep["shipped_constants"] = cal.constant_count
     if args.write:
         write_calibration(cal, split_cal, rep)
     if args.json:

@@ -267,12 +267,13 @@ def resolve_name(gpus: Sequence[Gpu], name: str) -> Resolution:
             )
 
     words = set(name_tokens(query, drop_line_words=True))
-
-    def covers(entry_name: str) -> bool:
-        entry = set(name_tokens(entry_name, drop_line_words=True))
-        return words <= entry and not (entry - words) & _TIER_WORDS
-
-    candidates = [gpu for gpu in gpus if any(covers(n) for n in _names_of(gpu))]
+    # per entry, the words each of its names adds to the query, for the names holding all of it
+    added = {
+        gpu.id: [tokens - words for tokens in (set(name_tokens(n, drop_line_words=True)) for n in _names_of(gpu))
+                 if words <= tokens]
+        for gpu in gpus
+    }
+    candidates = [gpu for gpu in gpus if any(not extra & _TIER_WORDS for extra in added[gpu.id])]
     if len(candidates) == 1:
         return Resolution(query=name, gpu=candidates[0], matched_by="name")
     if candidates:
@@ -294,7 +295,7 @@ def resolve_name(gpus: Sequence[Gpu], name: str) -> Resolution:
             vocabulary.setdefault(normalise(n), gpu.id)
     close = difflib.get_close_matches(normalise(query), list(vocabulary), n=8, cutoff=0.6)
     # entries the name would match but for a tier word ("RTX 4060" -> the 4060 Ti) come first
-    tiers = [g.id for g in gpus if any(words <= set(name_tokens(n, drop_line_words=True)) for n in _names_of(g))]
+    tiers = [gpu_id for gpu_id, extras in added.items() if extras]
     suggestions = list(dict.fromkeys([*tiers, *(vocabulary[c] for c in close)]))[:4]
     hint = f"did you mean {', '.join(suggestions)}?" if suggestions else "run 'gpusizer catalog list' to see the ids"
     raise UsageError(f"unknown GPU {name!r}", hint=hint)

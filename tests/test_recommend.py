@@ -382,7 +382,7 @@ def test_cnn_budget_that_covers_consumer_prices_prefers_rtx_on_value(cli_json):
     res = rec_json(cli_json, "--workload", "cnn", "--gpus", "4", "--budget", "8000", "--sort", "value",
                    "--top", "100")
     ids = ranked_ids(res)
-    assert ids[0].startswith("rtx-")
+    assert ids[0].startswith("rtx-") and BY_ID[ids[0]].segment == "consumer"
     # GeForce cards and the one workstation card priced under $2,000 (RTX 4000 Ada, $1,250)
     assert all(BY_ID[i].segment != "datacenter" for i in ids)
     assert {BY_ID[i].segment for i in ids} == {"consumer", "workstation"}
