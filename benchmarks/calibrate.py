@@ -32,11 +32,14 @@ The constants (data/calibration.yaml):
   kernels) fitted on all of the class's rows in the fit; and a
   generation-specific entry where the class has at least MIN_ROWS calibration
   rows on at least MIN_GPUS GPUs of that generation. One data-parallel overhead
-  is fitted on the multi-GPU training rows whose suite also measured the same
-  model, GPU and precision on one GPU. The fit
+  is fitted on the speed-up over one GPU of the multi-GPU training rows whose
+  suite also measured the same model, GPU and precision on one GPU. The fit
   minimises the mean absolute log error, by coordinate descent over each
   constant's logarithm (a coarse scan of its bounds, then golden-section search
-  around the best point).
+  around the best point). Generation entries that lower their rows' error by
+  less than PRUNE_GAIN are then pruned, and while more than MAX_CONSTANTS
+  constants remain, so are those that gain least per constant; the entries left
+  are refitted.
 """
 
 from __future__ import annotations
@@ -81,6 +84,11 @@ MIN_ROWS = 4
 MIN_GPUS = 2
 #: a generation entry must lower the mean |log error| of its rows by this much to stay
 PRUNE_GAIN = 0.02
+#: the most constants the model may carry; past it, the entries with the least gain per constant
+#: are pruned too
+MAX_CONSTANTS = 20
+#: coordinate-descent sweeps run again on the entries pruning kept
+REFIT_SWEEPS = 2
 #: what a generation entry fits; the rest comes from its class's "all" entry
 GEN_FITTED: tuple[str, ...] = ("compute_efficiency",)
 #: a GPU is held out when int(sha256(id)) % HOLD_OUT_MODULUS == 0
@@ -460,115 +468,160 @@ def _structure(calib: list[Case]) -> list[Efficiency]:
     return entries
 
 
-def identifying_multi_gpu_rows(calib: list[Case]) -> list[Case]:
-    """Multi-GPU training rows that identify the data-parallel overhead: those whose
-    suite also measured the same model, GPU and precision on one GPU. Without that
-    baseline (LLM Foundry measures FSDP on 8 GPUs only) the overhead only trades off
-    against the compute efficiency."""
-    singles = {(c.ref["model"], c.gpu.id, c.ref["precision"], suite(c.ref))
-               for c in calib if c.cfg.mode == "train" and not c.multi_gpu_train}
-    return [c for c in calib if c.multi_gpu_train
-            and (c.ref["model"], c.gpu.id, c.ref["precision"], suite(c.ref)) in singles]
+def identifying_multi_gpu_rows(calib: list[Case]) -> list[tuple[Case, list[Case]]]:
+    """Multi-GPU training rows that identify the data-parallel overhead, each with its
+    baselines: the rows of the same suite that measured the same model, GPU and precision
+    on one GPU. Without that baseline (LLM Foundry measures FSDP on 8 GPUs only) the
+    overhead only trades off against the compute efficiency."""
+    singles: dict[tuple[str, str, str, str], list[Case]] = {}
+    for c in calib:
+        if c.cfg.mode == "train" and not c.multi_gpu_train:
+            singles.setdefault((c.ref["model"], c.gpu.id, c.ref["precision"], suite(c.ref)), []).append(c)
+    return [(c, singles[key]) for c in calib if c.multi_gpu_train
+            and (key := (c.ref["model"], c.gpu.id, c.ref["precision"], suite(c.ref))) in singles]
+
+
+def _scaling_loss(pairs: list[tuple[Case, list[Case]]], cal: Calibration) -> float:
+    """Mean |log error| of the speed-up over one GPU (cluster throughput over the same
+    suite's single-GPU throughput), so an error in the single-GPU level, which the
+    efficiencies carry, does not move the data-parallel overhead."""
+    terms = [abs(math.log((predict(m, cal) / predict(s, cal)) / (m.measured / s.measured)))
+             for m, baselines in pairs for s in baselines]
+    return statistics.fmean(terms) if terms else 0.0
 
 
 def fit(calib: list[Case], sweeps: int = 4, verbose: bool = False, fit_exponent: bool = True,
         exponent: float = 2.0) -> Calibration:
-    """Fit every constant on the given rows (coordinate descent on log values)."""
+    """Fit every constant on the given rows (coordinate descent on log values), prune the
+    generation entries that do not earn their constants, then refit what is left so the
+    remaining constants take up what the pruned entries had carried."""
     entries = _structure(calib)
     multi = identifying_multi_gpu_rows(calib)
     cal = Calibration(
         fitted_by="benchmarks/calibrate.py", references="tests/data/perf_refs.yaml", split="",
         generations={k: tuple(v) for k, v in GENERATIONS.items()}, efficiencies=tuple(entries),
         data_parallel_overhead=0.05, roofline_exponent=exponent,
-        data_parallel_overhead_fitted_on=tuple(sorted(c.id for c in multi)) or ("none",), error_band=1.0,
+        data_parallel_overhead_fitted_on=tuple(sorted({c.id for m, base in multi for c in (m, *base)})) or ("none",),
+        error_band=1.0,
     )
+    for sweep in range(sweeps):
+        cal = _sweep(cal, calib, multi, grid=sweep == 0, fit_exponent=fit_exponent)
+        if verbose:
+            print(f"sweep {sweep + 1}: calibration loss {_loss(calib, cal):.4f}", file=sys.stderr)
+    pruned = _prune(cal, calib, verbose)
+    if len(pruned.efficiencies) == len(cal.efficiencies):
+        return cal
+    cal = pruned
+    for sweep in range(REFIT_SWEEPS):
+        cal = _sweep(cal, calib, multi, grid=False, fit_exponent=fit_exponent)
+        if verbose:
+            print(f"refit after pruning, sweep {sweep + 1}: calibration loss {_loss(calib, cal):.4f}",
+                  file=sys.stderr)
+    return cal
+
+
+def _sweep(cal: Calibration, calib: list[Case], multi: list[tuple[Case, list[Case]]], grid: bool,
+           fit_exponent: bool) -> Calibration:
+    """One pass of coordinate descent over every constant of `cal`."""
+    entries = cal.efficiencies
     # 'all' entries are fitted on every row of their class, so fit them first
     # with the generation entries set aside, then fit the generation entries.
     order = sorted(range(len(entries)), key=lambda i: entries[i].generation != "all")
-    for sweep in range(sweeps):
-        for i in order:
+    for i in order:
+        entry = cal.efficiencies[i]
+        if entry.generation == "all":
+            rows = [c for c in calib if c.workload == entry.workload]
+            only_all = cal.model_copy(update={"efficiencies": tuple(
+                e for j, e in enumerate(cal.efficiencies) if e.generation == "all" or j == i)})
+            idx = [j for j, e in enumerate(only_all.efficiencies) if e is entry][0]
+            target = only_all
+        else:
+            rows = _cases_for(cal, i, calib)
+            target, idx = cal, i
+        if not rows:
+            continue
+        params = list(entry.fitted)
+        if entry.generation != "all":
+            # inherit what is not fitted from the class's "all" entry
+            parent = next(e for e in cal.efficiencies if e.workload == entry.workload and e.generation == "all")
+            inherit = {k: getattr(parent, k) for k in ("compute_efficiency", "memory_efficiency", "attention_efficiency",
+                                                        "layer_overhead_us", "graph_layer_overhead_us",
+                                                        "sm_bandwidth_gb_s")
+                       if k not in entry.fitted}
+            target = _replace_entry(target, idx, **inherit)
+            cal = _replace_entry(cal, i, **inherit)
             entry = cal.efficiencies[i]
-            if entry.generation == "all":
-                rows = [c for c in calib if c.workload == entry.workload]
-                only_all = cal.model_copy(update={"efficiencies": tuple(
-                    e for j, e in enumerate(cal.efficiencies) if e.generation == "all" or j == i)})
-                idx = [j for j, e in enumerate(only_all.efficiencies) if e is entry][0]
-                target = only_all
-            else:
-                rows = _cases_for(cal, i, calib)
-                target, idx = cal, i
-            if not rows:
-                continue
-            params = list(entry.fitted)
-            if entry.generation != "all":
-                # inherit what is not fitted from the class's "all" entry
-                parent = next(e for e in cal.efficiencies if e.workload == entry.workload and e.generation == "all")
-                inherit = {k: getattr(parent, k) for k in ("compute_efficiency", "memory_efficiency", "attention_efficiency",
-                                                            "layer_overhead_us", "graph_layer_overhead_us",
-                                                            "sm_bandwidth_gb_s")
-                           if k not in entry.fitted}
-                target = _replace_entry(target, idx, **inherit)
-                cal = _replace_entry(cal, i, **inherit)
-                entry = cal.efficiencies[i]
-            if sweep == 0 and len(params) >= 2:
-                # a coarse grid over the two efficiencies first: the loss has several valleys
-                best = (math.inf, entry.compute_efficiency, entry.memory_efficiency)
-                for a in GRID:
-                    for b in GRID:
-                        loss = _loss(rows, _replace_entry(target, idx, compute_efficiency=a, memory_efficiency=b))
-                        if loss < best[0]:
-                            best = (loss, a, b)
-                target = _replace_entry(target, idx, compute_efficiency=best[1], memory_efficiency=best[2])
-                cal = _replace_entry(cal, i, compute_efficiency=best[1], memory_efficiency=best[2])
-            for name in params:
-                lo, hi = BOUNDS[name]
-                # a CUDA graph removes the host's launches and keeps the GPU-side time, so
-                # the graph overhead lies between 0 and the eager one
-                if name == "graph_layer_overhead_us":
-                    hi = target.efficiencies[idx].layer_overhead_us
-                elif name == "layer_overhead_us":
-                    lo = target.efficiencies[idx].graph_layer_overhead_us
-                linear = name in ("layer_overhead_us", "graph_layer_overhead_us")
+        if grid and len(params) >= 2:
+            # a coarse grid over the two efficiencies first: the loss has several valleys
+            best = (math.inf, entry.compute_efficiency, entry.memory_efficiency)
+            for a in GRID:
+                for b in GRID:
+                    loss = _loss(rows, _replace_entry(target, idx, compute_efficiency=a, memory_efficiency=b))
+                    if loss < best[0]:
+                        best = (loss, a, b)
+            target = _replace_entry(target, idx, compute_efficiency=best[1], memory_efficiency=best[2])
+            cal = _replace_entry(cal, i, compute_efficiency=best[1], memory_efficiency=best[2])
+        for name in params:
+            lo, hi = BOUNDS[name]
+            # a CUDA graph removes the host's launches and keeps the GPU-side time, so
+            # the graph overhead lies between 0 and the eager one
+            if name == "graph_layer_overhead_us":
+                hi = target.efficiencies[idx].layer_overhead_us
+            elif name == "layer_overhead_us":
+                lo = target.efficiencies[idx].graph_layer_overhead_us
+            linear = name in ("layer_overhead_us", "graph_layer_overhead_us")
 
-                def f(x: float, name: str = name, linear: bool = linear) -> float:
-                    value = x if linear else math.exp(x)
-                    return _loss(rows, _replace_entry(target, idx, **{name: value}))
+            def f(x: float, name: str = name, linear: bool = linear) -> float:
+                value = x if linear else math.exp(x)
+                return _loss(rows, _replace_entry(target, idx, **{name: value}))
 
-                best = _bracketed(f, lo, hi) if linear else _bracketed(f, math.log(lo), math.log(hi))
-                value = best if linear else math.exp(best)
-                target = _replace_entry(target, idx, **{name: value})
-                cal = _replace_entry(cal, i, **{name: value})
-        if multi:
-            def g(x: float) -> float:
-                return _loss(multi, cal.model_copy(update={"data_parallel_overhead": x}))
+            best = _bracketed(f, lo, hi) if linear else _bracketed(f, math.log(lo), math.log(hi))
+            value = best if linear else math.exp(best)
+            target = _replace_entry(target, idx, **{name: value})
+            cal = _replace_entry(cal, i, **{name: value})
+    if multi:
+        def g(x: float) -> float:
+            return _scaling_loss(multi, cal.model_copy(update={"data_parallel_overhead": x}))
 
-            cal = cal.model_copy(update={"data_parallel_overhead": _golden(g, *BOUNDS["data_parallel_overhead"])})
-        if fit_exponent:
-            def h(x: float) -> float:
-                return _loss(calib, cal.model_copy(update={"roofline_exponent": x}))
+        cal = cal.model_copy(update={"data_parallel_overhead": _golden(g, *BOUNDS["data_parallel_overhead"])})
+    if fit_exponent:
+        def h(x: float) -> float:
+            return _loss(calib, cal.model_copy(update={"roofline_exponent": x}))
 
-            cal = cal.model_copy(update={"roofline_exponent": _golden(h, *BOUNDS["roofline_exponent"], iters=20)})
-        if verbose:
-            print(f"sweep {sweep + 1}: calibration loss {_loss(calib, cal):.4f}", file=sys.stderr)
-    return _prune(cal, calib, verbose)
+        cal = cal.model_copy(update={"roofline_exponent": _golden(h, *BOUNDS["roofline_exponent"], iters=20)})
+    return cal
 
 
 def _prune(cal: Calibration, calib: list[Case], verbose: bool) -> Calibration:
-    """Drop generation entries that do not earn their constant: those that lower the
-    mean absolute log error on their own rows by less than PRUNE_GAIN."""
-    keep = []
+    """Drop generation entries that do not earn their constants: those that lower the
+    mean absolute log error on their own rows by less than PRUNE_GAIN; then, while the
+    model carries more than MAX_CONSTANTS constants, the kept entry with the least gain per
+    constant."""
+    gains: dict[int, float] = {}
     for i, entry in enumerate(cal.efficiencies):
         if entry.generation == "all":
-            keep.append(entry)
             continue
         rows = _cases_for(cal, i, calib)
         without = cal.model_copy(update={"efficiencies": tuple(e for e in cal.efficiencies if e is not entry)})
-        gain = _loss(rows, without) - _loss(rows, cal)
-        if gain >= PRUNE_GAIN:
-            keep.append(entry)
-        elif verbose:
-            print(f"pruned {entry.workload}/{entry.generation}: gain {gain:.4f}", file=sys.stderr)
-    return cal.model_copy(update={"efficiencies": tuple(keep)})
+        gains[i] = _loss(rows, without) - _loss(rows, cal)
+    drop = {i for i, gain in gains.items() if gain < PRUNE_GAIN}
+
+    def count() -> int:
+        return cal.model_copy(update={"efficiencies": tuple(
+            e for i, e in enumerate(cal.efficiencies) if i not in drop)}).constant_count
+
+    # over budget: drop the entries that gain least per constant they carry
+    for i in sorted((i for i in gains if i not in drop), key=lambda i: gains[i] / len(cal.efficiencies[i].fitted)):
+        if count() <= MAX_CONSTANTS:
+            break
+        drop.add(i)
+    if verbose:
+        for i in sorted(drop):
+            entry = cal.efficiencies[i]
+            per = len(entry.fitted)
+            why = "" if gains[i] < PRUNE_GAIN else f" ({per} constants, over the {MAX_CONSTANTS}-constant budget)"
+            print(f"pruned {entry.workload}/{entry.generation}: gain {gains[i]:.4f}{why}", file=sys.stderr)
+    return cal.model_copy(update={"efficiencies": tuple(e for i, e in enumerate(cal.efficiencies) if i not in drop)})
 
 
 # --------------------------------------------------------------------------
@@ -663,6 +716,8 @@ def _write(path: Path, cal: Calibration, rep: dict[str, Any], split_text: str) -
         "# layer_overhead_us: fixed time per layer and step when kernels are launched one by one (launch-bound\n"
         "# single-stream decode); graph_layer_overhead_us: the same when each step is replayed as a CUDA graph;\n"
         "# sm_bandwidth_gb_s: bandwidth one SM sustains in small-batch matrix-vector decode kernels (0: no limit).\n"
+        "# data_parallel_overhead: fractional growth of the step when N > 1, fitted on the speed-up of the\n"
+        "# multi-GPU rows listed over the single-GPU rows (also listed) of the same suite, model, GPU and precision.\n"
         "# The model and the split are described in docs/method.md (\"Performance\").\n"
     )
     path.write_text(header + yaml.safe_dump(doc, sort_keys=False, width=110), encoding="utf-8")
