@@ -207,8 +207,9 @@ def normalise(name: str) -> str:
     return re.sub(r"[^a-z0-9]", "", name.lower())
 
 
-#: Words that vendors put in front of product names and users leave out.
-_VENDOR_WORDS = frozenset({"nvidia", "tesla", "geforce", "quadro"})
+#: Words that vendors put in front of product names and users leave out. Not "Quadro":
+#: it tells the Turing Quadro RTX 4000/5000/6000 from the RTX 4000/5000/6000 Ada cards.
+_VENDOR_WORDS = frozenset({"nvidia", "tesla", "geforce"})
 #: Product-line words that users often leave out too ("1080 Ti", "3090").
 _LINE_WORDS = frozenset({"gtx", "rtx"})
 #: Words that make a different card, not a variant of the same one: a partial name

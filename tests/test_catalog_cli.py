@@ -65,6 +65,39 @@ def test_partial_name_never_adds_a_tier_word(name, suggested):
     assert resolve_name(GPUS, name + " Ti").gpu.id == suggested
 
 
+@pytest.mark.parametrize(
+    ("name", "gpu_id"),
+    [
+        ("Quadro RTX 4000", "quadro-rtx-4000"),  # NVML names of the Turing cards
+        ("Quadro RTX 5000", "quadro-rtx-5000"),
+        ("Quadro RTX 6000", "quadro-rtx-6000"),
+        ("NVIDIA RTX 4000 Ada Generation", "rtx-4000-ada"),
+        ("RTX 4000 Ada", "rtx-4000-ada"),
+        ("RTX 8000", "quadro-rtx-8000"),  # no other RTX 8000 exists
+    ],
+)
+def test_turing_quadro_and_ada_workstation_cards_are_told_apart(name, gpu_id):
+    gpu = resolve_name(GPUS, name).gpu
+    assert gpu.id == gpu_id
+    assert gpu.architecture == ("ada" if "ada" in gpu_id else "turing")
+
+
+@pytest.mark.parametrize(
+    ("name", "candidates"),
+    [
+        ("RTX 4000", {"quadro-rtx-4000", "rtx-4000-ada"}),
+        ("RTX 5000", {"quadro-rtx-5000", "rtx-a5000", "rtx-5000-ada"}),
+        ("RTX 6000", {"quadro-rtx-6000", "rtx-a6000", "rtx-6000-ada", "rtx-pro-6000-blackwell"}),
+    ],
+)
+def test_bare_workstation_number_is_ambiguous_across_generations(name, candidates):
+    # "RTX 4000" is a Turing card with 8 GB and an Ada card with 20 GB: never a silent pick
+    with pytest.raises(UsageError) as err:
+        resolve_name(GPUS, name)
+    listed = set(err.value.message.split(": it matches ")[1].split(", "))
+    assert listed == candidates
+
+
 def test_unknown_name_suggests_close_matches():
     with pytest.raises(UsageError) as err:
         resolve_name(GPUS, "rtx 4009")

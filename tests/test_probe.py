@@ -381,6 +381,19 @@ def test_match_catalog_by_nvml_name(catalog: Catalog) -> None:
     assert report.unmatched == ()
 
 
+def test_quadro_rtx_4000_is_not_matched_to_the_ada_card() -> None:
+    """NVML calls the Turing card "Quadro RTX 4000"; the bundled catalog also holds the RTX 4000
+    Ada (20 GB). The probe must report the 8 GB Turing card, with no memory warning."""
+    from gpusizer.catalog import load_catalog
+
+    host = HostSnapshot(devices=(dev(0, name="Quadro RTX 4000", memory_total_bytes=7982 * MIB,
+                                     compute_capability="7.5"),))
+    (r,) = match_catalog(host, load_catalog()).devices
+    assert r.match is not None and r.match.gpu_id == "quadro-rtx-4000"
+    assert r.match.gpu.memory_gib == 8 and r.match.gpu.architecture == "turing"
+    assert r.warnings == ()
+
+
 def test_unknown_gpu_is_unmatched_with_emit_catalog_hint(catalog: Catalog) -> None:
     report = match_catalog(HostSnapshot(devices=(dev(0, name="NVIDIA GeForce RTX 3090"),)), catalog)
     (r,) = report.devices
