@@ -38,8 +38,8 @@ The constants (data/calibration.yaml):
   constant's logarithm (a coarse scan of its bounds, then golden-section search
   around the best point). Generation entries that lower their rows' error by
   less than PRUNE_GAIN are then pruned, and while more than MAX_CONSTANTS
-  constants remain, so are those that gain least per constant; the entries left
-  are refitted.
+  constants remain, so are those whose constants lower the total loss least;
+  the entries left are refitted.
 """
 
 from __future__ import annotations
@@ -84,8 +84,8 @@ MIN_ROWS = 4
 MIN_GPUS = 2
 #: a generation entry must lower the mean |log error| of its rows by this much to stay
 PRUNE_GAIN = 0.02
-#: the most constants the model may carry; past it, the entries with the least gain per constant
-#: are pruned too
+#: the most constants the model may carry; past it, the entries whose constants lower the fit's
+#: total loss least are pruned too
 MAX_CONSTANTS = 20
 #: coordinate-descent sweeps run again on the entries pruning kept
 REFIT_SWEEPS = 2
@@ -470,15 +470,21 @@ def _structure(calib: list[Case]) -> list[Efficiency]:
 
 def identifying_multi_gpu_rows(calib: list[Case]) -> list[tuple[Case, list[Case]]]:
     """Multi-GPU training rows that identify the data-parallel overhead, each with its
-    baselines: the rows of the same suite that measured the same model, GPU and precision
-    on one GPU. Without that baseline (LLM Foundry measures FSDP on 8 GPUs only) the
+    baselines: the rows of the same suite that measured the same workload, GPU and
+    precision on one GPU. Without that baseline (LLM Foundry measures FSDP on 8 GPUs only) the
     overhead only trades off against the compute efficiency."""
-    singles: dict[tuple[str, str, str, str], list[Case]] = {}
+    singles: dict[tuple[Any, ...], list[Case]] = {}
     for c in calib:
         if c.cfg.mode == "train" and not c.multi_gpu_train:
-            singles.setdefault((c.ref["model"], c.gpu.id, c.ref["precision"], suite(c.ref)), []).append(c)
-    return [(c, singles[key]) for c in calib if c.multi_gpu_train
-            and (key := (c.ref["model"], c.gpu.id, c.ref["precision"], suite(c.ref))) in singles]
+            singles.setdefault(_baseline_key(c), []).append(c)
+    return [(c, singles[key]) for c in calib if c.multi_gpu_train and (key := _baseline_key(c)) in singles]
+
+
+def _baseline_key(c: Case) -> tuple[Any, ...]:
+    """What a single-GPU row must share with a multi-GPU row to be its baseline: the same
+    workload (model, task, sequence length, image size) in the same suite, GPU and precision."""
+    r = c.ref
+    return (r["model"], r["task"], r.get("seq_len"), r.get("image_size"), c.gpu.id, r["precision"], suite(r))
 
 
 def _scaling_loss(pairs: list[tuple[Case, list[Case]]], cal: Calibration) -> float:
@@ -595,23 +601,25 @@ def _sweep(cal: Calibration, calib: list[Case], multi: list[tuple[Case, list[Cas
 def _prune(cal: Calibration, calib: list[Case], verbose: bool) -> Calibration:
     """Drop generation entries that do not earn their constants: those that lower the
     mean absolute log error on their own rows by less than PRUNE_GAIN; then, while the
-    model carries more than MAX_CONSTANTS constants, the kept entry with the least gain per
-    constant."""
+    model carries more than MAX_CONSTANTS constants, the kept entry whose constants lower
+    the fit's total loss least (its gain times its rows, per constant)."""
     gains: dict[int, float] = {}
+    totals: dict[int, float] = {}
     for i, entry in enumerate(cal.efficiencies):
         if entry.generation == "all":
             continue
         rows = _cases_for(cal, i, calib)
         without = cal.model_copy(update={"efficiencies": tuple(e for e in cal.efficiencies if e is not entry)})
         gains[i] = _loss(rows, without) - _loss(rows, cal)
+        totals[i] = gains[i] * len(rows) / len(entry.fitted)
     drop = {i for i, gain in gains.items() if gain < PRUNE_GAIN}
 
     def count() -> int:
         return cal.model_copy(update={"efficiencies": tuple(
             e for i, e in enumerate(cal.efficiencies) if i not in drop)}).constant_count
 
-    # over budget: drop the entries that gain least per constant they carry
-    for i in sorted((i for i in gains if i not in drop), key=lambda i: gains[i] / len(cal.efficiencies[i].fitted)):
+    # over budget: drop the entries whose constants lower the total loss least
+    for i in sorted((i for i in gains if i not in drop), key=lambda i: totals[i]):
         if count() <= MAX_CONSTANTS:
             break
         drop.add(i)
@@ -619,7 +627,8 @@ def _prune(cal: Calibration, calib: list[Case], verbose: bool) -> Calibration:
         for i in sorted(drop):
             entry = cal.efficiencies[i]
             per = len(entry.fitted)
-            why = "" if gains[i] < PRUNE_GAIN else f" ({per} constants, over the {MAX_CONSTANTS}-constant budget)"
+            why = "" if gains[i] < PRUNE_GAIN else (f" ({per} constants, {totals[i]:.2f} total gain each, over the "
+                                                     f"{MAX_CONSTANTS}-constant budget)")
             print(f"pruned {entry.workload}/{entry.generation}: gain {gains[i]:.4f}{why}", file=sys.stderr)
     return cal.model_copy(update={"efficiencies": tuple(e for i, e in enumerate(cal.efficiencies) if i not in drop)})
 
