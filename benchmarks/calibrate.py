@@ -33,7 +33,8 @@ The constants (data/calibration.yaml):
   generation-specific entry where the class has at least MIN_ROWS calibration
   rows on at least MIN_GPUS GPUs of that generation. One data-parallel overhead
   is fitted on the speed-up over one GPU of the multi-GPU training rows whose
-  suite also measured the same model, GPU and precision on one GPU. The fit
+  suite also measured the same workload (model, task, sequence length, image
+  size), GPU and precision on one GPU. The fit
   minimises the mean absolute log error, by coordinate descent over each
   constant's logarithm (a coarse scan of its bounds, then golden-section search
   around the best point). Generation entries that lower their rows' error by
@@ -726,7 +727,8 @@ def _write(path: Path, cal: Calibration, rep: dict[str, Any], split_text: str) -
         "# single-stream decode); graph_layer_overhead_us: the same when each step is replayed as a CUDA graph;\n"
         "# sm_bandwidth_gb_s: bandwidth one SM sustains in small-batch matrix-vector decode kernels (0: no limit).\n"
         "# data_parallel_overhead: fractional growth of the step when N > 1, fitted on the speed-up of the\n"
-        "# multi-GPU rows listed over the single-GPU rows (also listed) of the same suite, model, GPU and precision.\n"
+        "# multi-GPU rows listed over the single-GPU rows (also listed) of the same suite, workload, GPU and\n"
+        "# precision.\n"
         "# The model and the split are described in docs/method.md (\"Performance\").\n"
     )
     path.write_text(header + yaml.safe_dump(doc, sort_keys=False, width=110), encoding="utf-8")
