@@ -58,16 +58,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from gpusizer.catalog import Gpu, load_catalog  # noqa: E402
-from gpusizer.memory import ModelShape, RunConfig, model_shape_from_zoo  # noqa: E402
-from gpusizer.performance import (  # noqa: E402
-    Calibration,
-    Efficiency,
-    estimate_performance,
-    load_calibration,
-    workload_class,
-)
-from gpusizer.zoo import load_zoo  # noqa: E402
+from gpusizer.hardware.catalog import Gpu, load_catalog  # noqa: E402
+from gpusizer.memory.estimate import ModelShape, RunConfig, model_shape_from_zoo  # noqa: E402
+from gpusizer.performance.calibration import Calibration, Efficiency, load_calibration
+from gpusizer.performance.estimate import estimate_performance
+from gpusizer.performance.work import workload_class
+from gpusizer.models.zoo import load_zoo  # noqa: E402
 
 REFS = ROOT / "tests" / "data" / "perf_refs.yaml"
 OUT = ROOT / "data" / "calibration.yaml"

@@ -1,5 +1,5 @@
 """``python -m gpusizer`` runs the command-line tool."""
 
-from gpusizer.cli import main
+from gpusizer.cli.root import main
 
 main()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gpusizer.catalog import load_catalog, resolve_name
+from gpusizer.hardware.catalog import load_catalog, resolve_name
 from gpusizer.errors import UsageError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -298,7 +298,7 @@ def test_closed_pipe_is_quiet(installed):
 
 
 def _fresh_load(extra, cache_dir):
-    from gpusizer import catalog
+    from gpusizer.hardware import catalog as catalog
 
     catalog._load_cached.cache_clear()
     try:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpusizer.catalog import ARCH_ORDER, TENSOR_FIELDS, Gpu, load_catalog
+from gpusizer.hardware.catalog import ARCH_ORDER, TENSOR_FIELDS, Gpu, load_catalog
 
 CATALOG = load_catalog()
 GPUS = {g.id: g for g in CATALOG.gpus}

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-import gpusizer.cli_estimate  # noqa: F401  (registers the command on the shared app)
-from gpusizer.catalog import load_catalog
+import gpusizer.cli.estimate  # noqa: F401  (registers the command on the shared app)
+from gpusizer.hardware.catalog import load_catalog
 
 
 def test_issue_example_json(cli_json):
@@ -182,8 +182,8 @@ def test_json_when_nothing_fits_at_the_default_batch(cli, cli_json):
 
 def test_recommend_can_call_the_same_engine():
     """recommend uses estimate_performance(gpu, shape, cfg, *, nodes, interconnect, tf32) (TEAM_NOTES)."""
-    from gpusizer.memory import RunConfig, model_shape_from_params
-    from gpusizer.performance import estimate_performance
+    from gpusizer.memory.estimate import RunConfig, model_shape_from_params
+    from gpusizer.performance.estimate import estimate_performance
 
     gpu = load_catalog().by_id("l40s")
     est = estimate_performance(gpu, model_shape_from_params(7_000_000_000), RunConfig(mode="inference",
@@ -207,7 +207,8 @@ def test_installed_command(installed):
 def test_cuda_graphs_set_the_decode_overhead(cli_json):
     """Batch-1 decode pays a fixed time per layer: less when each step replays as one CUDA graph.
     Both values are fitted (data/calibration.yaml); the difference is exactly layers x their gap."""
-    from gpusizer.performance import REFERENCE_CLOCK_MHZ, load_calibration
+    from gpusizer.performance.estimate import REFERENCE_CLOCK_MHZ
+    from gpusizer.performance.calibration import load_calibration
 
     # --seq-len 256: the mean context while generating 512 tokens, as premAI's runs did
     args = ("estimate", "--model", "llama-2-7b", "--gpu", "a100-sxm4-80gb", "--inference", "--precision", "fp16",

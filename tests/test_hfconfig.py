@@ -1,9 +1,9 @@
-"""gpusizer.hfconfig: zoo models from Hugging Face config.json files.
+"""gpusizer.models.hfconfig: zoo models from Hugging Face config.json files.
 
 The configs below are the real config.json contents of the named Hugging Face
 repositories, written inline (no network). Each expected parameter count is the
 exact ``sum(p.numel() for p in model.parameters())`` of the transformers class
-named in gpusizer.hfconfig's docstring; the comment beside each count says where
+named in gpusizer.models.hfconfig's docstring; the comment beside each count says where
 that exact figure is published. Most configs come from published copies of the
 hub files; t5-v1_1-base's agrees with the T5Config that transformers prints
 when loading it (which adds derived keys such as is_gated_act).
@@ -16,8 +16,8 @@ import json
 import pytest
 
 from gpusizer.errors import DataFileError, ExitCode
-from gpusizer.hfconfig import SUPPORTED_MODEL_TYPES, model_from_hf_config
-from gpusizer.zoo import Zoo, load_zoo
+from gpusizer.models.hfconfig import SUPPORTED_MODEL_TYPES, model_from_hf_config
+from gpusizer.models.zoo import Zoo, load_zoo
 
 # ----------------------------------------------------------------------------- configs
 

@@ -10,19 +10,8 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpusizer.memory import (
-    ModelShape,
-    RunConfig,
-    estimate_memory,
-    fewest_gpus,
-    fits,
-    kv_cache_bytes,
-    largest_batch,
-    model_shape_from_params,
-    model_shape_from_zoo,
-    rule_of_thumb_params,
-)
-from gpusizer.zoo import Model, load_zoo
+from gpusizer.memory.estimate import ModelShape, RunConfig, estimate_memory, fewest_gpus, fits, kv_cache_bytes, largest_batch, model_shape_from_params, model_shape_from_zoo, rule_of_thumb_params
+from gpusizer.models.zoo import Model, load_zoo
 
 DATA = Path(__file__).parent / "data"
 ZOO = load_zoo()
@@ -137,7 +126,7 @@ def test_bytes_per_parameter_tables(precision, optimizer, bytes_per_param):
 def test_korthikanti_activation_formula_for_gpt_shape():
     """Korthikanti et al. 2022, eq. (1): s*b*h*(34 + 5*a*s/h) bytes per layer (16-bit, dropout,
     ffn = 4h, no flash). Our generalised formula must reduce to it exactly."""
-    from gpusizer.memory import _layer_activation_bytes
+    from gpusizer.memory.estimate import _layer_activation_bytes
 
     # h=1024, a=16, ffn=4096, dropout; with a fused GELU, as Megatron has
     m = ZOO.resolve("gpt2-medium").model_copy(update={"mlp": "gelu"})
@@ -225,7 +214,7 @@ def test_largest_batch_fits_and_one_more_does_not(model, capacity_gib, precision
     if best is None:
         assert not fits(shape, cfg.model_copy(update={"batch": 1}), cap)
     else:
-        from gpusizer.memory import MAX_BATCH
+        from gpusizer.memory.estimate import MAX_BATCH
 
         assert fits(shape, cfg.model_copy(update={"batch": best}), cap)
         if best < MAX_BATCH:  # the search stops at MAX_BATCH

@@ -16,26 +16,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpusizer.catalog import Source, load_catalog
+from gpusizer.hardware.catalog import Source, load_catalog
 from gpusizer.errors import DataFileError, NothingFitsError, UsageError
-from gpusizer.memory import RunConfig, estimate_memory, model_shape_from_params, model_shape_from_zoo
-from gpusizer.performance import (
-    CNN_FLOPS_PER_ACTIVATION,
-    allreduce_time_s,
-    collective_link,
-    default_batch,
-    estimate_performance,
-    load_calibration,
-    load_interconnects,
-    model_work,
-    peak_tflops,
-    roofline,
-    scaling_counts,
-    scaling_curve,
-    sm_count,
-    time_to_train,
-)
-from gpusizer.zoo import Model, load_zoo
+from gpusizer.memory.estimate import RunConfig, estimate_memory, model_shape_from_params, model_shape_from_zoo
+from gpusizer.performance.work import CNN_FLOPS_PER_ACTIVATION, model_work
+from gpusizer.performance.comm import allreduce_time_s, collective_link
+from gpusizer.performance.planning import default_batch, scaling_counts, scaling_curve, time_to_train
+from gpusizer.performance.estimate import estimate_performance, roofline, sm_count
+from gpusizer.performance.calibration import load_calibration, load_interconnects
+from gpusizer.performance.peak import peak_tflops
+from gpusizer.models.zoo import Model, load_zoo
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -357,7 +347,7 @@ def test_transformer_flops_are_6_params_tokens_plus_attention(zoo):
     b, s = 2, 4096
     eager = model_work(shp, RunConfig(mode="train", batch=b, seq_len=s), "mixed")
     flash = model_work(shp, RunConfig(mode="train", batch=b, seq_len=s, flash_attention=True), "mixed")
-    from gpusizer.memory import matrix_params
+    from gpusizer.memory.estimate import matrix_params
 
     n = matrix_params(m) + m.vocab * m.hidden  # linear layers plus the LM head
     attention = 12 * m.layers * s * m.heads * m.attention_head_dim  # PaLM's 6 x (4 L s d) per token
@@ -769,7 +759,7 @@ def test_sm_counts_from_cores_or_from_the_fp32_identity(cat):
     count, FP32 peak / (2 x lanes x boost clock). Whitepaper SM counts: A100 108, H100 SXM5
     132, RTX 4090 128, V100 80, P100 56; the H100 NVL (no core count in its datasheet) comes
     out at 131 of the die's 132."""
-    from gpusizer.performance import sm_count
+    from gpusizer.performance.estimate import sm_count
 
     expected = {"a100-sxm4-80gb": 108, "h100-sxm5-80gb": 132, "rtx-4090": 128, "v100-sxm2-16gb": 80,
                 "p100-sxm2-16gb": 56, "h100-nvl-94gb": 131}

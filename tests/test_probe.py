@@ -1,7 +1,7 @@
 """Tests for `probe`: the NVML edge against a fake libnvidia-ml, and the pure engine.
 
 The NVML tests build ``tests/fake_nvml/fake_nvml.c`` once per session and run
-``gpusizer.nvml.read_host()`` in a subprocess per scenario (pynvml loads the
+``gpusizer.hardware.nvml.read_host()`` in a subprocess per scenario (pynvml loads the
 library once per process and cannot reload it).
 """
 
@@ -18,23 +18,10 @@ import yaml
 from pydantic import ValidationError
 from rich.console import Console
 
-from gpusizer.catalog import Catalog, Gpu, _entries_from_document
+from gpusizer.hardware.catalog import Catalog, Gpu, _entries_from_document
 from gpusizer.errors import ExitCode
-from gpusizer.probe import (
-    EMIT_CATALOG_HINT,
-    DeviceSnapshot,
-    HostSnapshot,
-    NvLink,
-    architecture_for,
-    build_pairs,
-    cuda_version_string,
-    match_catalog,
-    normalise_bus_id,
-    slug,
-    starter_catalog_yaml,
-    starter_entry,
-)
-from gpusizer.render_probe import probe_json, probe_renderables
+from gpusizer.hardware.probe import EMIT_CATALOG_HINT, DeviceSnapshot, HostSnapshot, NvLink, architecture_for, build_pairs, cuda_version_string, match_catalog, normalise_bus_id, slug, starter_catalog_yaml, starter_entry
+from gpusizer.render.probe import probe_json, probe_renderables
 from gpusizer.units import GIB, MIB
 
 
@@ -302,8 +289,8 @@ def test_no_library(tmp_path: Path) -> None:
 def test_imports_stay_light() -> None:
     code = (
         "import sys\n"
-        "import gpusizer.probe, gpusizer.nvml, gpusizer.render_probe\n"
-        "import gpusizer.catalog as c\n"
+        "import gpusizer.hardware.probe, gpusizer.hardware.nvml, gpusizer.render.probe\n"
+        "import gpusizer.hardware.catalog as c\n"
         "assert 'pynvml' not in sys.modules, 'pynvml imported at import time'\n"
         "assert c._load_cached.cache_info().currsize == 0, 'catalog loaded at import time'\n"
         "print('ok')\n"
@@ -384,7 +371,7 @@ def test_match_catalog_by_nvml_name(catalog: Catalog) -> None:
 def test_quadro_rtx_4000_is_not_matched_to_the_ada_card() -> None:
     """NVML calls the Turing card "Quadro RTX 4000"; the bundled catalog also holds the RTX 4000
     Ada (20 GB). The probe must report the 8 GB Turing card, with no memory warning."""
-    from gpusizer.catalog import load_catalog
+    from gpusizer.hardware.catalog import load_catalog
 
     host = HostSnapshot(devices=(dev(0, name="Quadro RTX 4000", memory_total_bytes=7982 * MIB,
                                      compute_capability="7.5"),))
@@ -581,7 +568,7 @@ def test_render_lost_and_direct_links() -> None:
 
 def test_fake_machines_match_the_bundled_catalog() -> None:
     """The NVML names the fake reports resolve in data/gpus.yaml, without memory warnings."""
-    from gpusizer.catalog import load_catalog
+    from gpusizer.hardware.catalog import load_catalog
     from gpusizer.errors import DataFileError
 
     try:

@@ -20,21 +20,13 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpusizer.catalog import Gpu, load_catalog
+from gpusizer.hardware.catalog import Gpu, load_catalog
 from gpusizer.errors import DataFileError, ExitCode, UsageError
-from gpusizer.memory import RunConfig, estimate_memory, fits, model_shape_from_params, model_shape_from_zoo
-from gpusizer.recommend import (
-    RecommendRequest,
-    candidates_from_catalog,
-    candidates_from_probe,
-    evaluate,
-    field_value,
-    normalise,
-    recommend,
-)
-from gpusizer.rules import Criterion, load_rules, rules_from_documents
-from gpusizer.rules import Test as RuleTest
-from gpusizer.zoo import load_zoo
+from gpusizer.memory.estimate import RunConfig, estimate_memory, fits, model_shape_from_params, model_shape_from_zoo
+from gpusizer.ranking.search import RecommendRequest, candidates_from_catalog, candidates_from_probe, evaluate, field_value, normalise, recommend
+from gpusizer.ranking.rules import Criterion, load_rules, rules_from_documents
+from gpusizer.ranking.rules import Test as RuleTest
+from gpusizer.models.zoo import load_zoo
 
 ROOT = Path(__file__).resolve().parent.parent
 BUNDLED = ROOT / "data" / "rules.yaml"
@@ -48,7 +40,7 @@ ISSUE_WORKLOADS = ("cnn", "rnn", "transformer", "llm-train", "llm-inference", "i
 @pytest.fixture(autouse=True)
 def _register_command() -> None:
     """Register `recommend` on the app (the lead adds the import to cli.py)."""
-    import gpusizer.cli_recommend  # noqa: F401
+    import gpusizer.cli.recommend  # noqa: F401
 
 
 def rec_json(cli_json, *args: str, code: int = 0) -> dict[str, Any]:
@@ -469,7 +461,7 @@ def test_fit_is_a_hard_constraint_for_any_model_size(params, train):
 
 
 def test_speed_column_is_the_performance_model(cli_json):
-    from gpusizer.performance import estimate_performance
+    from gpusizer.performance.estimate import estimate_performance
 
     res = rec_json(cli_json, "--workload", "cnn", "--model", "resnet50", "--batch", "32", "--gpus", "2",
                    "--top", "100")
@@ -681,7 +673,7 @@ def test_engine_errors_are_typed():
 
 
 def _host(devices: list[tuple[int, str, int]]):
-    from gpusizer.probe import DeviceSnapshot, HostSnapshot
+    from gpusizer.hardware.probe import DeviceSnapshot, HostSnapshot
     from gpusizer.units import GIB
 
     return HostSnapshot(devices=tuple(
@@ -691,7 +683,7 @@ def _host(devices: list[tuple[int, str, int]]):
 
 
 def test_local_candidates_group_identical_gpus_and_use_free_memory():
-    from gpusizer.probe import match_catalog
+    from gpusizer.hardware.probe import match_catalog
     from gpusizer.units import GIB
 
     host = _host([(0, "NVIDIA GeForce RTX 3090", 20), (1, "NVIDIA GeForce RTX 3090", 22),
@@ -731,7 +723,7 @@ def test_local_flag_ranks_this_machines_gpus_through_nvml(tmp_path):
     host["devices"] = host["devices"][:2] + fx.rtx_3090_host()["devices"]
     config = fx.write_config(tmp_path / "nvml.cfg", host)
     code = (
-        "import sys, gpusizer.cli_recommend\n"
+        "import sys, gpusizer.cli.recommend\n"
         "from gpusizer.cli import main\n"
         "sys.argv = ['gpusizer', 'recommend', '--workload', 'cnn', '--local', '--json']\n"
         "main()\n"

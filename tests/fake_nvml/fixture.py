@@ -290,7 +290,7 @@ def lost_gpu_host(lost_at: str = "ecc_mode") -> dict[str, Any]:
 READ_HOST_SCRIPT = """
 import json
 from gpusizer.errors import NoDeviceError
-from gpusizer.nvml import read_host
+from gpusizer.hardware.nvml import read_host
 try:
     host = read_host()
 except NoDeviceError as exc:
@@ -329,7 +329,7 @@ def run_in_subprocess(
 
 
 def read_host_json(lib_dir: Path | None, config: Path | None, log: Path | None = None) -> dict[str, Any]:
-    """Run gpusizer.nvml.read_host() in a fresh process; return its JSON result."""
+    """Run gpusizer.hardware.nvml.read_host() in a fresh process; return its JSON result."""
     proc = run_in_subprocess(READ_HOST_SCRIPT, lib_dir, config, log)
     if proc.returncode != 0:
         raise AssertionError(f"read_host subprocess failed ({proc.returncode}):\n{proc.stderr}")

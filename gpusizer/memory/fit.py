@@ -13,8 +13,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from gpusizer.catalog import Gpu
-from gpusizer.memory import (
+from gpusizer.hardware.catalog import Gpu
+from gpusizer.memory.estimate import (
     MemoryBreakdown,
     ModelShape,
     RunConfig,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpusizer.render import bar, fmt
+from gpusizer.render.common import bar, fmt
 from gpusizer.units import format_bytes, format_count
 
 COMPONENTS: tuple[tuple[str, str], ...] = (

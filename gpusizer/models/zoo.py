@@ -16,8 +16,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from gpusizer import datafiles
-from gpusizer.catalog import Source, normalise
 from gpusizer.errors import DataFileError, UsageError
+from gpusizer.hardware.catalog import Source, normalise
 
 Kind = Literal["cnn", "rnn", "encoder", "encoder-decoder", "decoder"]
 TRANSFORMER_KINDS = ("encoder", "encoder-decoder", "decoder")

@@ -1,12 +1,12 @@
 """recommend: rank GPUs for a workload with explainable, weighted rules.
 
-Pure. It takes candidate GPUs, a :class:`~gpusizer.rules.RuleSet` and a
+Pure. It takes candidate GPUs, a :class:`~gpusizer.ranking.rules.RuleSet` and a
 :class:`RecommendRequest`, and returns a frozen :class:`Recommendation` in which
 every GPU carries every rule's contribution to its score, the advisories that
 fired, and (for excluded GPUs) the constraints that excluded it.
 
 Nothing here knows about particular GPUs: the rules file says what matters and
-the catalog says what each GPU has. Memory fit goes through ``gpusizer.fit`` /
+the catalog says what each GPU has. Memory fit goes through ``gpusizer.memory.fit`` /
 ``gpusizer.memory``; the speed column through
 ``gpusizer.performance.estimate_performance``. Neither formula is repeated here.
 """
@@ -20,12 +20,19 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gpusizer.catalog import ARCH_ORDER, Gpu
 from gpusizer.choices import Mode
 from gpusizer.errors import UsageError
-from gpusizer.fit import Capacity, GpuFit, fit_model
-from gpusizer.memory import ModelShape, RunConfig, fewest_gpus, largest_batch, make_run_config, sharding_gpus
-from gpusizer.rules import (
+from gpusizer.hardware.catalog import ARCH_ORDER, Gpu
+from gpusizer.memory.estimate import (
+    ModelShape,
+    RunConfig,
+    fewest_gpus,
+    largest_batch,
+    make_run_config,
+    sharding_gpus,
+)
+from gpusizer.memory.fit import Capacity, GpuFit, fit_model
+from gpusizer.ranking.rules import (
     DERIVED_FIELDS,
     ORDERED_VALUES,
     PRECISIONS,
@@ -82,7 +89,7 @@ def candidates_from_probe(report: Any) -> tuple[tuple[Candidate, ...], tuple[str
     Identical GPUs are grouped; the memory offered is the least free memory
     among them. Devices the catalog does not know are reported in the notes.
     """
-    from gpusizer.fit import capacities_from_probe
+    from gpusizer.memory.fit import capacities_from_probe
 
     groups: dict[str, list[Capacity]] = {}
     for cap in capacities_from_probe(report):
@@ -303,7 +310,7 @@ def precision_tflops(gpu: Gpu, precision: str) -> float | None:
     """Peak matmul throughput at ``precision``, as the performance model sees it
     (``performance.peak_tflops``: Tensor Cores, else CUDA cores). ``fp32`` is
     strict FP32 here; ``tf32`` is the TF32 path."""
-    from gpusizer.performance import peak_tflops
+    from gpusizer.performance.peak import peak_tflops
 
     try:
         return peak_tflops(gpu, precision, tf32=precision != "fp32")[0]
@@ -408,7 +415,7 @@ def model_precision(precision: str, mode: str) -> tuple[str, bool]:
     fp8 trains like mixed precision and serves with one-byte weights.
     ``fp32`` means strict FP32 (no TF32); ``tf32`` asks for TF32.
     """
-    from gpusizer.performance import memory_precision
+    from gpusizer.performance.peak import memory_precision
 
     return memory_precision(precision, mode), precision != "fp32"
 
@@ -438,7 +445,7 @@ def _check_request(req: RecommendRequest, rules: RuleSet) -> tuple[Workload, str
     for name in req.require:
         rules.requirement(name)
     if req.interconnect is not None and req.interconnect.strip().lower() not in ("nvlink", "nvswitch", "pcie"):
-        from gpusizer.performance import load_interconnects
+        from gpusizer.performance.calibration import load_interconnects
 
         load_interconnects().get(req.interconnect)  # UsageError with close names
     if wl.mode == "train" and precision == "int8":
@@ -455,7 +462,7 @@ def _check_request(req: RecommendRequest, rules: RuleSet) -> tuple[Workload, str
 
 def reference_shape(workload: Workload, zoo: Any) -> ModelShape | None:
     """The zoo model a workload's speed column uses when no model is given."""
-    from gpusizer.memory import model_shape_from_zoo
+    from gpusizer.memory.estimate import model_shape_from_zoo
 
     if workload.speed.model is None:
         return None
@@ -811,7 +818,7 @@ def _speed(
                          note=f"{shape.name} does not fit at batch 1")
         batch = min(spec.batch or 1, most)
     perf_cfg = sized.model_copy(update={"batch": batch, "gpus": req.gpus_per_node})
-    from gpusizer.performance import estimate_performance
+    from gpusizer.performance.estimate import estimate_performance
 
     try:
         est = estimate_performance(gpu, shape, perf_cfg, nodes=req.nodes, interconnect=req.interconnect, tf32=tf32,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpusizer.render import bar, fmt
+from gpusizer.render.common import bar, fmt
 from gpusizer.units import format_bytes, format_count
 
 #: Column labels for key-spec fields; {p} is the working precision.

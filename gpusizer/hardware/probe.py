@@ -1,6 +1,6 @@
 """What `gpusizer probe` knows about this machine's GPUs, as plain data.
 
-This module is pure: it never touches NVML (that is :mod:`gpusizer.nvml`'s
+This module is pure: it never touches NVML (that is :mod:`gpusizer.hardware.nvml`'s
 job) and never loads the catalog (callers pass one in). It holds
 
 * the snapshot models NVML readings are poured into (:class:`DeviceSnapshot`,
@@ -21,12 +21,12 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gpusizer.catalog import Gpu
 from gpusizer.errors import UsageError
+from gpusizer.hardware.catalog import Gpu
 from gpusizer.units import GIB
 
 if TYPE_CHECKING:
-    from gpusizer.catalog import Catalog
+    from gpusizer.hardware.catalog import Catalog
 
 EMIT_CATALOG_HINT = "run 'gpusizer probe --emit-catalog' to write a starter catalog entry for it"
 
@@ -153,7 +153,7 @@ class HostSnapshot(BaseModel):
 
 
 # --------------------------------------------------------------------------
-# small conversions shared with gpusizer.nvml (kept here so they are testable
+# small conversions shared with gpusizer.hardware.nvml (kept here so they are testable
 # without NVML)
 
 _TOPOLOGY_LEVELS = {0: "internal", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
@@ -432,7 +432,7 @@ def starter_catalog_yaml(devices: Iterable[DeviceSnapshot]) -> str:
     Where several GPUs share a model, a healthy one is preferred over one that
     was lost mid-read (whose entry would have more blanks).
     """
-    import yaml  # deferred: keeps `import gpusizer.probe` light
+    import yaml  # deferred: keeps `import gpusizer.hardware.probe` light
 
     entries: dict[str, dict[str, Any]] = {}
     for device in sorted(devices, key=lambda d: d.lost):

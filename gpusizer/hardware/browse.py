@@ -9,8 +9,8 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict
 
-from gpusizer.catalog import Gpu, Resolution
 from gpusizer.errors import UsageError
+from gpusizer.hardware.catalog import Gpu, Resolution
 
 #: Fields shown and compared side by side, in display order, with a label.
 COMPARE_FIELDS: tuple[tuple[str, str], ...] = (

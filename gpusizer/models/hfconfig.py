@@ -1,4 +1,4 @@
-"""Turn a Hugging Face ``config.json`` into a zoo :class:`~gpusizer.zoo.Model`.
+"""Turn a Hugging Face ``config.json`` into a zoo :class:`~gpusizer.models.zoo.Model`.
 
 The caller reads and parses the file; nothing here touches the network or
 needs ``transformers``. :func:`model_from_hf_config` fills the shape the memory
@@ -79,7 +79,7 @@ from pydantic import ValidationError
 
 from gpusizer import datafiles
 from gpusizer.errors import DataFileError
-from gpusizer.zoo import Model
+from gpusizer.models.zoo import Model
 
 _REQUIRED: Any = object()
 

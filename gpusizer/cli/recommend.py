@@ -1,4 +1,4 @@
-"""The ``recommend`` command: a thin wrapper over gpusizer.recommend.
+"""The ``recommend`` command: a thin wrapper over gpusizer.ranking.search.
 
 Registered on ``gpusizer.cli.app`` when this module is imported.
 """
@@ -11,8 +11,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from gpusizer import choices, cli
-from gpusizer.cli import (
+from gpusizer import choices
+from gpusizer.cli import options as cli
+from gpusizer.cli.options import (
     BatchOpt,
     CatalogOpt,
     FlashOpt,
@@ -24,9 +25,8 @@ from gpusizer.cli import (
     ParamsOpt,
     SeqOpt,
     StrategyOpt,
-    app,
-    guarded,
 )
+from gpusizer.cli.root import app, guarded
 from gpusizer.errors import DataFileError, ExitCode, NothingFitsError, UsageError
 
 #: What each bundled workload means (the rules file says what matters for it).
@@ -109,14 +109,14 @@ def recommend_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Rank GPUs for a workload, with the reasons for each score."""
-    from gpusizer.recommend import (
+    from gpusizer.ranking.rules import load_rules
+    from gpusizer.ranking.search import (
         RecommendRequest,
         candidates_from_catalog,
         candidates_from_probe,
         recommend,
         reference_shape,
     )
-    from gpusizer.rules import load_rules
 
     cache = cli._cache_dir()
     ruleset = load_rules([str(p) for p in rules or ()], cache_dir=cache)
@@ -144,7 +144,7 @@ def recommend_cmd(
         candidates = candidates_from_catalog(cat.gpus)
     reference = None
     if shape is None and wl.speed.model is not None:
-        from gpusizer.zoo import load_zoo
+        from gpusizer.models.zoo import load_zoo
 
         try:
             reference = reference_shape(wl, load_zoo(cache_dir=cache))
@@ -155,8 +155,8 @@ def recommend_cmd(
     rec = recommend(candidates, ruleset, req, reference=reference, pool=cat.gpus)
     notes += list(rec.notes)
     if json_out:
-        from gpusizer.render import emit_json, envelope
-        from gpusizer.render_recommend import recommend_json
+        from gpusizer.render.common import emit_json, envelope
+        from gpusizer.render.recommend import recommend_json
 
         inputs = {
             "workload": workload, "precision": rec.precision, "model": shape.name if shape else None,
@@ -169,7 +169,7 @@ def recommend_cmd(
         }
         emit_json(envelope("recommend", inputs, recommend_json(rec), notes))
     else:
-        from gpusizer.render_recommend import recommend_renderables
+        from gpusizer.render.recommend import recommend_renderables
 
         cli._warn(ctx, notes)
         console = cli._console(ctx)

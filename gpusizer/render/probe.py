@@ -1,4 +1,4 @@
-"""Turning a :class:`gpusizer.probe.ProbeReport` into rich tables and JSON.
+"""Turning a :class:`gpusizer.hardware.probe.ProbeReport` into rich tables and JSON.
 
 ``None`` is shown as "n/a" in tables and stays ``null`` in JSON.
 """
@@ -12,7 +12,13 @@ from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from gpusizer.probe import PCIE_PATH_MEANING, DeviceReport, DeviceSnapshot, GpuPair, ProbeReport
+from gpusizer.hardware.probe import (
+    PCIE_PATH_MEANING,
+    DeviceReport,
+    DeviceSnapshot,
+    GpuPair,
+    ProbeReport,
+)
 from gpusizer.units import format_bytes
 
 NA = "n/a"

@@ -18,12 +18,19 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from gpusizer import datafiles
-from gpusizer.catalog import ARCH_ORDER, Gpu
 from gpusizer.choices import RULE_PRECISIONS, Mode, RulePrecision
 from gpusizer.errors import DataFileError
+from gpusizer.hardware.catalog import ARCH_ORDER, Gpu
 
 #: The precisions ``recommend --precision`` accepts, in the issue's order.
 PRECISIONS = RULE_PRECISIONS
@@ -32,7 +39,7 @@ Op = Literal["==", "!=", ">", ">=", "<", "<=", "in", "not in"]
 FieldKind = Literal["number", "bool", "text", "ordered"]
 
 #: Fields computed from a catalog entry for the working precision (values in
-#: ``gpusizer.recommend.field_value``).
+#: ``gpusizer.ranking.search.field_value``).
 DERIVED_FIELDS: dict[str, str] = {
     "tensor_tflops": "dense Tensor Core throughput at the working precision (null: none at that precision)",
     "precision_tflops": "best throughput at the working precision: Tensor Cores, else CUDA cores",

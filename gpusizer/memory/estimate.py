@@ -14,9 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gpusizer.choices import Mode, Optimizer, Precision, Strategy
 from gpusizer.errors import UsageError
+from gpusizer.models.zoo import Model
 from gpusizer.units import GIB, MIB
-from gpusizer.zoo import Model
-
 
 #: Bytes per weight, by precision. ``mixed`` keeps fp32 master weights (PyTorch
 #: AMP); its 16-bit working copies are counted with the activations.

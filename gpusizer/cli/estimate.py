@@ -12,7 +12,7 @@ from typing import Annotated, Optional
 import typer
 
 from gpusizer import choices
-from gpusizer.cli import (
+from gpusizer.cli.options import (
     CatalogOpt,
     FlashOpt,
     HeadOpt,
@@ -29,11 +29,9 @@ from gpusizer.cli import (
     _model_shape,
     _run_config,
     _warn,
-    app,
-    guarded,
 )
+from gpusizer.cli.root import app, guarded
 from gpusizer.errors import ExitCode, NothingFitsError, UsageError
-
 
 EstPrecisionOpt = choices.choice_enum("EstPrecisionOpt", choices.PERF_PRECISIONS)
 PhaseOpt = choices.choice_enum("PhaseOpt", choices.PHASES)
@@ -102,7 +100,7 @@ def estimate_cmd(
 ) -> None:
     """Predict throughput, step-time breakdown, scaling, time-to-train and cost."""
     from gpusizer import performance as perf
-    from gpusizer.memory import estimate_memory
+    from gpusizer.memory.estimate import estimate_memory
     from gpusizer.units import parse_count
 
     mode = "train" if train else "inference"
@@ -136,7 +134,7 @@ def estimate_cmd(
         image_size=image_size, checkpointing=checkpointing, flash_attention=flash_attention, head=head.value,
         persistent_grads=grad_accumulation > 1, gpus=gpus, strategy=strategy.value,
     )
-    from gpusizer.memory import sharding_gpus
+    from gpusizer.memory.estimate import sharding_gpus
 
     def run_inputs() -> dict:
         return {
@@ -157,8 +155,8 @@ def estimate_cmd(
             if not json_out:
                 raise
             # --json still prints its document: what was asked, and why there is no estimate
-            from gpusizer.render import emit_json, envelope
-            from gpusizer.render_estimate import nothing_fits_json
+            from gpusizer.render.common import emit_json, envelope
+            from gpusizer.render.estimate import nothing_fits_json
 
             one = estimate_memory(shape, cfg.model_copy(update={"gpus": sharding_gpus(cfg.strategy, gpus, nodes)}))
             memory = {"per_gpu_bytes": one.total_bytes, "capacity_bytes": g.memory_bytes, "fits": False}
@@ -197,8 +195,8 @@ def estimate_cmd(
     inputs = run_inputs()
     memory = {"per_gpu_bytes": mem.total_bytes, "capacity_bytes": g.memory_bytes, "fits": fits}
     if json_out:
-        from gpusizer.render import emit_json, envelope
-        from gpusizer.render_estimate import estimate_json
+        from gpusizer.render.common import emit_json, envelope
+        from gpusizer.render.estimate import estimate_json
 
         results = estimate_json(est, gpu=g, batch=batch_note, memory=memory, curve=curve, training=training,
                                 inputs=inputs)
@@ -207,7 +205,12 @@ def estimate_cmd(
             results["cluster_cost_per_hour_usd"] = price_per_hour * est.gpus_total
         emit_json(envelope("estimate", inputs, results, list(dict.fromkeys(notes))))
     else:
-        from gpusizer.render_estimate import breakdown_table, scaling_table, summary_table, training_table
+        from gpusizer.render.estimate import (
+            breakdown_table,
+            scaling_table,
+            summary_table,
+            training_table,
+        )
 
         _warn(ctx, list(dict.fromkeys(notes)))
         console = _console(ctx)

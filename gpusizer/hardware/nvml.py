@@ -1,7 +1,7 @@
 """The NVML edge: the only module that imports ``pynvml`` (from nvidia-ml-py).
 
 :func:`read_host` initialises NVML, reads every GPU into a
-:class:`gpusizer.probe.HostSnapshot` and always shuts NVML down again.
+:class:`gpusizer.hardware.probe.HostSnapshot` and always shuts NVML down again.
 
 * A field a GPU does not support (or that needs privileges we lack) is ``None``.
 * A GPU that falls off the bus mid-read (NVML_ERROR_GPU_IS_LOST) is reported
@@ -22,7 +22,7 @@ from ctypes import ArgumentError
 from typing import Any, TypeVar
 
 from gpusizer.errors import NoDeviceError
-from gpusizer.probe import (
+from gpusizer.hardware.probe import (
     ComputeProcess,
     DeviceSnapshot,
     HostSnapshot,

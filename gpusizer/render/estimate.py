@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpusizer.render import bar, fmt
+from gpusizer.render.common import bar, fmt
 from gpusizer.units import format_bytes, format_count
 
 
@@ -87,7 +87,7 @@ def nothing_fits_json(gpu: Any, reason: str, hint: str | None, memory: dict[str,
 
 def _miss_share() -> str:
     """'; 20% of held-out cases miss by over 20%', from the calibration's recorded errors."""
-    from gpusizer.performance import load_calibration
+    from gpusizer.performance.calibration import load_calibration
 
     within = load_calibration().errors.get("held_out_within_20pct")
     if within is None:

@@ -1,0 +1,141 @@
+"""Options and helpers the commands share, each declared once."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from gpusizer import choices
+from gpusizer.errors import UsageError
+
+# --------------------------------------------------------------------------
+# shared options
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document (see README, 'JSON output').")]
+CatalogOpt = Annotated[
+    Optional[list[Path]],
+    typer.Option(
+        "--catalog",
+        help="Extra catalog YAML file; repeatable. Adds GPUs or overrides fields by id. "
+        "GPUSIZER_CATALOG holds more, separated by the path separator.",
+    ),
+]
+
+
+def _catalog_files(cli_files: list[Path] | None) -> list[str]:
+    env = os.environ.get("GPUSIZER_CATALOG", "")
+    from_env = [p for p in env.split(os.pathsep) if p.strip()]
+    return [*from_env, *(str(p) for p in (cli_files or []))]
+
+
+def _cache_dir() -> Path | None:
+    """Where parsed YAML is cached: $GPUSIZER_CACHE_DIR, else the XDG cache folder.
+
+    GPUSIZER_NO_CACHE=1 turns the cache off.
+    """
+    if os.environ.get("GPUSIZER_NO_CACHE"):
+        return None
+    explicit = os.environ.get("GPUSIZER_CACHE_DIR")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "gpusizer"
+
+
+def _load_catalog(cli_files: list[Path] | None) -> Any:
+    from gpusizer.hardware.catalog import load_catalog
+
+    return load_catalog(_catalog_files(cli_files), cache_dir=_cache_dir())
+
+
+def _console(ctx: typer.Context, *, stderr: bool = False) -> Any:
+    from gpusizer.render.common import make_console
+
+    return make_console(stderr=stderr, no_color=bool((ctx.obj or {}).get("no_color")))
+
+
+def _warn(ctx: typer.Context, notes: list[str] | tuple[str, ...]) -> None:
+    """Notes for people go to stderr, so stdout stays data."""
+    if notes:
+        console = _console(ctx, stderr=True)
+        for note in notes:
+            console.print(f"Note: {note}", markup=False, soft_wrap=True)
+
+
+PrecisionOpt = choices.choice_enum("PrecisionOpt", choices.PRECISIONS)
+OptimizerOpt = choices.choice_enum("OptimizerOpt", choices.OPTIMIZERS)
+StrategyOpt = choices.choice_enum("StrategyOpt", choices.STRATEGIES)
+HeadOpt = choices.choice_enum("HeadOpt", choices.HEADS)
+
+
+ParamsOpt = Annotated[Optional[str], typer.Option("--params", help="Parameter count: 60M, 1.3B, 7e9, 175B or 60000000.")]
+ModelOpt = Annotated[Optional[str], typer.Option("--model", help="A model from the zoo (gpusizer models), e.g. resnet50, llama-2-7b.")]
+HfConfigOpt = Annotated[Optional[Path], typer.Option("--hf-config", help="A local Hugging Face config.json (no network).")]
+BatchOpt = Annotated[Optional[int], typer.Option("--batch", min=1, help="Batch per GPU (per model replica with tp). Default 1.")]
+SeqOpt = Annotated[Optional[int], typer.Option("--seq-len", min=1, help="Sequence length in tokens (transformers, RNNs).")]
+FlashOpt = Annotated[bool, typer.Option(
+    "--flash-attention", help="Fused attention (FlashAttention, PyTorch SDPA): no s x s score matrix is kept, and "
+                              "causal models compute half of it.")]
+ImageOpt = Annotated[Optional[int], typer.Option("--image-size", min=8, help="Image side in pixels (CNNs).")]
+
+
+def _model_shape(params: str | None, model: str | None, hf_config: Path | None) -> Any:
+    from gpusizer.memory.estimate import model_shape_from_params, model_shape_from_zoo
+
+    given = [n for n, v in (("--params", params), ("--model", model), ("--hf-config", hf_config)) if v is not None]
+    if len(given) != 1:
+        raise UsageError(
+            "give exactly one of --params, --model or --hf-config" + (f" (got {', '.join(given)})" if given else ""),
+            hint="e.g. --model resnet50, --params 60M, --hf-config ./config.json",
+        )
+    if params is not None:
+        from gpusizer.units import parse_count
+
+        try:
+            return model_shape_from_params(parse_count(params, what="--params"))
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    if model is not None:
+        from gpusizer.models.zoo import load_zoo
+
+        return model_shape_from_zoo(load_zoo(cache_dir=_cache_dir()).resolve(model))
+    import json
+
+    from gpusizer.errors import DataFileError
+    from gpusizer.models.hfconfig import model_from_hf_config
+
+    try:
+        doc = json.loads(Path(hf_config).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise DataFileError(f"{hf_config}: file not found") from None
+    except (OSError, ValueError) as exc:
+        raise DataFileError(f"{hf_config}: not a readable JSON file: {exc}") from None
+    return model_shape_from_zoo(model_from_hf_config(doc, str(hf_config)))
+
+
+def _run_config(**kwargs: Any) -> Any:
+    from gpusizer.memory.estimate import make_run_config
+
+    return make_run_config(**kwargs)
+
+
+def _parse_overhead(text: str | None) -> int | None:
+    if text is None:
+        return None
+    from gpusizer.units import parse_size
+
+    try:
+        return parse_size(text, what="--overhead", default_unit="mib")
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _local_report(cli_files: list[Path] | None) -> Any:
+    """Probe this machine (the only path that loads NVML) and match to the catalog."""
+    from gpusizer.hardware.nvml import read_host
+    from gpusizer.hardware.probe import match_catalog
+
+    return match_catalog(read_host(), _load_catalog(cli_files))

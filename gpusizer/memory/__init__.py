@@ -1,0 +1,1 @@
+"""Memory: the per-GPU memory of a run, and which GPUs hold it."""

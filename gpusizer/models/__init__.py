@@ -1,0 +1,1 @@
+"""Models: the bundled zoo and shapes read from Hugging Face configs."""

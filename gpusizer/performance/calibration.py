@@ -1,0 +1,202 @@
+"""Interconnect and calibration data files (data/interconnects.yaml, data/calibration.yaml)."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any, Literal, get_args
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from gpusizer import datafiles
+from gpusizer.errors import DataFileError, UsageError
+from gpusizer.hardware.catalog import ARCH_ORDER, Source
+
+#: transformer-infer is a forward pass over whole sequences: encoders, and the
+#: prefill of decoders; llm-decode generates one token per sequence per step.
+WorkloadClass = Literal["cnn-train", "transformer-train", "cnn-infer", "transformer-infer", "llm-decode"]
+WORKLOAD_CLASSES: tuple[str, ...] = get_args(WorkloadClass)
+
+
+# --------------------------------------------------------------------------
+# data files: interconnects and calibration
+
+
+class Interconnect(BaseModel):
+    """One link or network (data/interconnects.yaml). Bandwidth per direction."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
+    name: str
+    scope: Literal["intra", "inter"]
+    kind: Literal["nvlink", "pcie", "infiniband", "roce", "ethernet"]
+    generation: int | None = Field(default=None, ge=1, le=10)
+    #: per GPU (NVLink, PCIe) or per NIC port (networks), decimal GB/s per direction
+    bandwidth_gb_s: float = Field(gt=0, le=100_000)
+    #: achievable fraction of bandwidth_gb_s for a NCCL ring (bus bandwidth)
+    efficiency: float = Field(gt=0, le=1)
+    #: NCCL per-hop latency of a ring step
+    latency_us: float = Field(ge=0, le=10_000)
+    rdma: bool
+    #: when GPUDirect RDMA is not possible: TCP with host staging
+    tcp_efficiency: float | None = Field(default=None, gt=0, le=1)
+    tcp_latency_us: float | None = Field(default=None, ge=0, le=100_000)
+    sources: tuple[Source, ...] = Field(min_length=1)
+
+
+class Interconnects(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    schema_version: int = 1
+    collective_base_latency_us: float = Field(ge=0)
+    collective_base_latency_source: Source
+    interconnects: tuple[Interconnect, ...]
+
+    def get(self, key: str) -> Interconnect:
+        wanted = key.strip().lower()
+        for link in self.interconnects:
+            if link.id == wanted:
+                return link
+        import difflib
+
+        ids = [i.id for i in self.interconnects]
+        close = difflib.get_close_matches(wanted, [*ids, "nvlink", "pcie"], n=3, cutoff=0.4)
+        hint = f"did you mean {', '.join(close)}?" if close else f"one of: nvlink, pcie, {', '.join(ids)}"
+        raise UsageError(f"unknown interconnect {key!r}", hint=hint)
+
+    def nvlink(self, generation: int | None) -> Interconnect:
+        links = [i for i in self.interconnects if i.kind == "nvlink"]
+        for link in links:
+            if link.generation == generation:
+                return link
+        return links[-1]
+
+    def pcie(self, generation: int | None) -> Interconnect:
+        links = sorted((i for i in self.interconnects if i.kind == "pcie"), key=lambda i: i.generation or 0)
+        for link in links:
+            if link.generation == generation:
+                return link
+        if generation is not None and generation > (links[-1].generation or 0):
+            return links[-1]
+        return links[0]
+
+
+class Efficiency(BaseModel):
+    """Calibrated efficiencies for one workload class on one architecture generation."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    workload: WorkloadClass
+    #: a key of Calibration.generations, or "all" (the class's fallback)
+    generation: str
+    #: achieved fraction of the precision's peak on matmul/convolution FLOPs
+    compute_efficiency: float = Field(gt=0, le=1)
+    #: achieved fraction of memory bandwidth on the modelled traffic
+    memory_efficiency: float = Field(gt=0, le=1)
+    #: achieved fraction of the peak in the fused-attention kernels LLM Foundry ran in
+    #: 2023, on the FLOPs they execute (causal: half the score matrix); used for runs
+    #: with attention_kernels="llm-foundry-2023" (its reference rows); current kernels
+    #: are timed at compute_efficiency. 0 = not fitted
+    attention_efficiency: float = Field(default=0.0, ge=0, le=1)
+    #: fixed time per layer and step (kernel launches, synchronisation) at
+    #: REFERENCE_CLOCK_MHZ when the host launches kernels one by one; it scales
+    #: with 1 / the GPU's boost clock
+    layer_overhead_us: float = Field(default=0.0, ge=0, le=100_000)
+    #: the same when a step's kernels are replayed as one CUDA graph (or enqueued
+    #: by a compiled engine such as TensorRT): only the GPU-side gaps and small
+    #: kernels remain
+    graph_layer_overhead_us: float = Field(default=0.0, ge=0, le=100_000)
+    #: memory bandwidth one SM sustains in matrix-vector (small-batch decode)
+    #: kernels, decimal GB/s; 0 = no such limit. Little's law: bandwidth = bytes
+    #: in flight / latency, and these kernels keep few bytes in flight per SM.
+    sm_bandwidth_gb_s: float = Field(default=0.0, ge=0, le=10_000)
+    #: which of the values above were fitted for this entry; the others are
+    #: taken from the workload's "all" entry
+    fitted: tuple[Literal["compute_efficiency", "memory_efficiency", "attention_efficiency", "layer_overhead_us",
+                          "graph_layer_overhead_us", "sm_bandwidth_gb_s"], ...] = (
+        "compute_efficiency", "memory_efficiency",
+    )
+    #: reference case ids (tests/data/perf_refs.yaml) the values were fitted on
+    fitted_on: tuple[str, ...] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _graphs_remove_overhead(self) -> Efficiency:
+        if self.graph_layer_overhead_us > self.layer_overhead_us:
+            raise ValueError(
+                f"graph_layer_overhead_us ({self.graph_layer_overhead_us}) exceeds layer_overhead_us "
+                f"({self.layer_overhead_us}): a CUDA graph only removes launch time")
+        return self
+
+
+class Calibration(BaseModel):
+    """data/calibration.yaml: written by benchmarks/calibrate.py."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    schema_version: int = 1
+    fitted_by: str
+    references: str
+    split: str
+    generations: dict[str, tuple[str, ...]]
+    efficiencies: tuple[Efficiency, ...]
+    #: k in the smooth roofline (c^k + m^k)^(1/k) that combines compute and memory time
+    roofline_exponent: float = Field(default=2.0, ge=1, le=64)
+    #: fraction by which a data-parallel step slows when N > 1 beyond the modelled
+    #: communication (NCCL kernels sharing SMs and memory, stragglers, input pipeline)
+    data_parallel_overhead: float = Field(ge=0, le=1)
+    data_parallel_overhead_fitted_on: tuple[str, ...] = Field(min_length=1)
+    #: median relative error on held-out references; reported as the error band
+    error_band: float = Field(gt=0, le=10)
+    errors: dict[str, Any] = Field(default_factory=dict)
+    excluded: tuple[dict[str, str], ...] = ()
+
+    def generation_of(self, architecture: str) -> str:
+        for name, archs in self.generations.items():
+            if architecture in archs:
+                return name
+        return "all"
+
+    def lookup(self, workload: str, architecture: str) -> Efficiency:
+        gen = self.generation_of(architecture)
+        fallback = None
+        for entry in self.efficiencies:
+            if entry.workload == workload and entry.generation == gen:
+                return entry
+            if entry.workload == workload and entry.generation == "all":
+                fallback = entry
+        if fallback is None:
+            raise DataFileError(
+                f"calibration.yaml: no efficiency for workload {workload!r} (generation {gen!r} or 'all')",
+                hint="rerun benchmarks/calibrate.py --write",
+            )
+        return fallback
+
+    @property
+    def constant_count(self) -> int:
+        """How many fitted numbers the model carries."""
+        return 2 + sum(len(e.fitted) for e in self.efficiencies)  # + overhead and exponent
+
+
+def _validate(model: type[BaseModel], doc: Any, origin: str) -> Any:
+    try:
+        return model.model_validate(doc)
+    except ValidationError as exc:
+        raise DataFileError(datafiles.describe_validation_error(exc, origin)) from None
+
+
+@functools.cache
+def load_interconnects(cache_dir: Path | None = None) -> Interconnects:
+    path = datafiles.bundled_path("interconnects.yaml")
+    return _validate(Interconnects, datafiles.load_yaml(path, cache_dir), str(path))
+
+
+@functools.cache
+def load_calibration(path: Path | None = None, cache_dir: Path | None = None) -> Calibration:
+    path = path or datafiles.bundled_path("calibration.yaml")
+    cal = _validate(Calibration, datafiles.load_yaml(path, cache_dir), str(path))
+    for archs in cal.generations.values():
+        for arch in archs:
+            if arch not in ARCH_ORDER:
+                raise DataFileError(f"{path}: generations: unknown architecture {arch!r}")
+    return cal

@@ -1,0 +1,376 @@
+"""Performance: how fast a workload trains or serves on a GPU or a cluster.
+
+A calibrated roofline. Every formula is explained in ``docs/method.md``
+("Performance"); in brief, for one step of one GPU:
+
+* **work**: matmul/convolution FLOPs (training = 3x the forward pass; for
+  transformers 2 * matrix params per token forward plus attention
+  4 * layers * seq * heads * head_dim; CNNs scale the zoo's forward GFLOPs by
+  (image_size / reference)^2), weight and KV-cache bytes read, activation bytes
+  moved (twice what memory.py says is saved for backward: written and read once,
+  forward; 3x that for a training step) and optimizer-state bytes;
+* **time**: ``roofline(FLOPs / (peak * eta_c), bytes / (bandwidth * eta_m))``, a smooth
+  maximum of compute time and memory time, plus the optimizer step's traffic
+  over bandwidth and a fixed per-layer overhead where calibrated (single-stream
+  decode);
+* **peak**: the precision's Tensor Core peak where the GPU has one, else the
+  CUDA-core rate; ``fp32`` runs as TF32 on Ampere and newer unless ``tf32=False``.
+  Decode at batch <= 8 runs matrix-vector kernels on CUDA cores (FP32 rate), and
+  their weight stream is capped at SMs x a calibrated bandwidth per SM (Little's
+  law: these kernels keep few bytes in flight per SM);
+* **communication**: ring all-reduce ``2(N-1)/N * S / B`` plus NCCL's per-step
+  latency, overlapped with the backward pass; tensor parallelism all-reduces
+  activations twice per layer and pass. GeForce cards cannot use GPUDirect RDMA
+  across nodes, so they fall back to TCP with host staging.
+
+``eta_c`` and ``eta_m`` come from ``data/calibration.yaml``: a few constants
+per workload class and architecture generation, fitted by
+``benchmarks/calibrate.py`` on published measurements (tests/data/perf_refs.yaml).
+
+The engine is pure: no printing, no environment reads. Memory figures
+(activations, weights, KV cache, optimizer state) all come from
+``gpusizer.memory``."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from gpusizer.choices import PERF_PRECISIONS, AttentionKernels, Phase
+from gpusizer.errors import UsageError
+from gpusizer.hardware.catalog import Gpu
+from gpusizer.memory.estimate import (
+    ModelShape,
+    RunConfig,
+)
+from gpusizer.performance.calibration import (
+    Calibration,
+    Interconnects,
+    load_calibration,
+    load_interconnects,
+)
+from gpusizer.performance.comm import allreduce_time_s, collective_link
+from gpusizer.performance.peak import default_compute_precision, peak_tflops
+from gpusizer.performance.work import GEMV_MAX_BATCH, Work, model_work
+
+#: per-layer overheads are given at this clock and scale with 1 / boost clock
+#: (small, latency-bound kernels run at the SM clock)
+REFERENCE_CLOCK_MHZ = 1500.0
+
+
+Bound = Literal["compute", "memory", "communication"]
+
+#: PyTorch DDP's default gradient bucket (bucket_cap_mb=25): the last bucket's
+#: all-reduce cannot overlap the backward pass.
+DDP_BUCKET_BYTES = 25 * 2**20
+
+
+#: FP32 lanes ("CUDA cores") per SM by compute capability, from the CUDA C++
+#: Programming Guide's table "Throughput of Native Arithmetic Instructions"
+#: (32-bit floating-point add, multiply, multiply-add results per clock per SM).
+FP32_LANES_PER_SM: dict[str, int] = {
+    "5.0": 128, "5.2": 128, "5.3": 128, "6.0": 64, "6.1": 128, "6.2": 128, "7.0": 64, "7.2": 64, "7.5": 64,
+    "8.0": 64, "8.6": 128, "8.7": 128, "8.9": 128, "9.0": 128, "10.0": 128, "12.0": 128,
+}
+
+
+# --------------------------------------------------------------------------
+# the result
+
+
+class PerfEstimate(BaseModel):
+    """Predicted speed of one run. Times are per optimizer/decode step of one GPU."""
+
+    model_config = ConfigDict(frozen=True)
+
+    #: whole cluster (all GPUs x nodes)
+    throughput_per_s: float
+    throughput_unit: Literal["images/s", "sequences/s", "tokens/s"]
+    step_time_s: float
+    #: matmul/convolution time at the calibrated fraction of the precision's peak
+    compute_s: float
+    #: all modelled memory traffic at the calibrated fraction of bandwidth
+    memory_s: float
+    #: communication time (all-reduce, tensor-parallel traffic), before overlap
+    comm_s: float
+    bound: Bound
+    per_gpu_throughput_per_s: float
+    scaling_efficiency: float
+    speedup_vs_1gpu: float
+    #: relative error expected (median held-out error of the calibration)
+    error_band: float
+    notes: tuple[str, ...] = ()
+
+    # details -----------------------------------------------------------
+    #: the part of comm_s that the step waits for
+    comm_exposed_s: float = 0.0
+    #: fixed per-layer overheads within step_time_s
+    overhead_s: float = 0.0
+    gpus_total: int = 1
+    samples_per_step: int = 1
+    tokens_per_sample: int | None = None
+    flops_per_step: float = 0.0
+    memory_traffic_bytes: float = 0.0
+    comm_bytes: float = 0.0
+    workload: str = ""
+    compute_precision: str = ""
+    peak_tflops: float = 0.0
+    peak_label: str = ""
+    compute_efficiency: float = 0.0
+    memory_efficiency: float = 0.0
+    interconnect: str | None = None
+    comm_bandwidth_gb_s: float | None = None
+    transport: Literal["none", "nvlink", "pcie", "rdma", "tcp"] = "none"
+    phase: str | None = None
+    #: decode steps replayed as CUDA graphs (see estimate_performance); None
+    #: outside decode, where the choice changes nothing
+    cuda_graphs: bool | None = None
+
+
+def roofline(compute_s: float, memory_s: float, exponent: float) -> float:
+    """Smooth maximum of compute and memory time: (c^k + m^k)^(1/k).
+
+    k = 1 adds them (no overlap), k -> infinity is the classic roofline max.
+    The exponent is calibrated (data/calibration.yaml).
+    """
+    if compute_s <= 0 or memory_s <= 0:
+        return max(compute_s, memory_s)
+    hi = max(compute_s, memory_s)
+    return hi * ((compute_s / hi) ** exponent + (memory_s / hi) ** exponent) ** (1.0 / exponent)
+
+
+# --------------------------------------------------------------------------
+# the estimate
+
+
+def sm_count(gpu: Gpu) -> int | None:
+    """Streaming multiprocessors: CUDA cores over the FP32 lanes per SM of the compute capability.
+
+    Without a core count, FP32 peak / (2 x lanes x boost clock), the same identity
+    the datasheet's FP32 figure comes from (H100 NVL: 60 TFLOPS at 1785 MHz -> 131,
+    against 132 on the die); None when the clock is unknown too.
+    """
+    lanes = FP32_LANES_PER_SM.get(gpu.compute_capability)
+    if lanes is None:
+        return None
+    if gpu.cuda_cores is not None:
+        return max(1, round(gpu.cuda_cores / lanes))
+    if gpu.boost_clock_mhz:
+        return max(1, round(gpu.fp32_tflops * 1e12 / (2 * lanes * gpu.boost_clock_mhz * 1e6)))
+    return None
+
+
+def _step(
+    work: Work, gpu: Gpu, precision: str, tf32: bool, cal: Calibration, cuda_graphs: bool = True,
+    attention_kernels: AttentionKernels = "current",
+) -> tuple[float, float, float, float, float, str, tuple[str, ...], Any]:
+    """(compute_s, memory_s, overhead_s, step_s without comm, peak, label, notes, efficiency)."""
+    peak, label, notes = peak_tflops(gpu, precision, tf32=tf32)
+    if work.gemv and gpu.fp32_tflops < peak:
+        # matrix-vector kernels (llama.cpp mul_mat_vec_q / dequantize_mul_mat_vec, the GEMV
+        # paths of serving engines) dequantize and multiply on CUDA cores, not Tensor Cores
+        peak, label = gpu.fp32_tflops, "fp32 CUDA cores (matrix-vector decode)"
+        notes = (f"decode at batch <= {GEMV_MAX_BATCH} runs matrix-vector kernels on CUDA cores, not Tensor Cores",)
+        if work.samples_per_step > 1:
+            notes = (*notes, (
+                f"batch 2-{GEMV_MAX_BATCH} follows llama.cpp's matrix-vector kernels, which become compute-bound "
+                "on CUDA cores (measured on an RTX 3090: 571 tok/s at 8 tokens per pass against 155 at 1); past "
+                f"batch {GEMV_MAX_BATCH} llama.cpp switches to tensor-core kernels and its throughput about doubles, "
+                "while this estimate jumps by 2-5x depending on the context; engines that use tensor-core GEMMs at "
+                "these batches (TensorRT-LLM, vLLM) can run up to about 2x faster than this estimate"))
+    eff = cal.lookup(work.workload, gpu.architecture)
+    flops_rate = peak * 1e12 * eff.compute_efficiency
+    byte_rate = gpu.bandwidth_gb_s * 1e9 * eff.memory_efficiency
+    compute_s = work.matmul_flops / flops_rate
+    if work.attention_flops > 0 and not work.gemv:
+        attn_peak = peak
+        if precision in ("fp8", "int4"):
+            # attention multiplies 16-bit Q, K and V (Transformer Engine without fp8_dpa,
+            # weight-only INT4 engines): those FLOPs run at the 16-bit rate
+            attn_peak = peak_tflops(gpu, "fp16", tf32=tf32)[0]
+        if attn_peak != peak:
+            notes = (*notes, (f"attention multiplies 16-bit Q, K and V, so its FLOPs run at the {attn_peak:,.0f} "
+                              f"TFLOPS 16-bit rate, not the {precision} rate"))
+        attn_eff = eff.compute_efficiency
+        share = work.attention_flops / work.matmul_flops
+        if work.fused_attention and eff.attention_efficiency > 0:
+            if attention_kernels == "llm-foundry-2023":
+                attn_eff = eff.attention_efficiency
+            elif share >= 0.02:
+                notes = (*notes, (
+                    f"fused attention is {share:.0%} of the FLOPs, timed at the matmuls' efficiency "
+                    f"({eff.compute_efficiency:.0%} of peak), as current kernels (FlashAttention-2/3, cuDNN) run; the "
+                    f"kernels LLM Foundry measured in 2023 reached {eff.attention_efficiency:.0%} on this GPU "
+                    "generation, which would make the attention part "
+                    f"{eff.compute_efficiency / eff.attention_efficiency:.1f}x slower"))
+        compute_s += work.attention_flops * (1 / (attn_peak * 1e12 * attn_eff) - 1 / flops_rate)
+    matmul_rate = byte_rate
+    sms = sm_count(gpu)
+    if work.gemv and eff.sm_bandwidth_gb_s > 0 and sms and sms * eff.sm_bandwidth_gb_s * 1e9 < byte_rate:
+        matmul_rate = sms * eff.sm_bandwidth_gb_s * 1e9
+        notes = (*notes, f"matrix-vector kernels keep few bytes in flight: the weight stream is capped at {sms} SMs "
+                         f"x {eff.sm_bandwidth_gb_s:.1f} GB/s = {matmul_rate / 1e9:,.0f} GB/s (calibrated, Little's law)")
+    elif work.gemv and eff.sm_bandwidth_gb_s > 0 and not sms:
+        notes = (*notes, f"{gpu.id}'s SM count is unknown (the catalog has neither cuda_cores nor a boost clock "
+                         "for it), so the per-SM cap on matrix-vector decode is not applied: this decode estimate "
+                         "may be high")
+    matmul_mem_s = work.matmul_bytes / matmul_rate
+    clock = REFERENCE_CLOCK_MHZ / gpu.boost_clock_mhz if gpu.boost_clock_mhz else 1.0
+    per_layer_us = eff.graph_layer_overhead_us if cuda_graphs else eff.layer_overhead_us
+    overhead_s = work.layers * per_layer_us * 1e-6 * clock
+    if overhead_s > 0:
+        how = ("replayed as one CUDA graph (gpusizer estimate --no-cuda-graphs: kernels launched one by one)"
+               if cuda_graphs else "launched kernel by kernel (gpusizer estimate --cuda-graphs: one CUDA graph)")
+        notes = (*notes, f"fixed overhead {per_layer_us * clock:.0f} us per layer and step, each step {how}")
+    act_mem_s = work.activation_bytes / byte_rate
+    opt_mem_s = work.optimizer_bytes / byte_rate / work.grad_accumulation
+    step = roofline(compute_s, matmul_mem_s + act_mem_s, cal.roofline_exponent) + opt_mem_s + overhead_s
+    return compute_s, matmul_mem_s + act_mem_s + opt_mem_s, overhead_s, step, peak, label, notes, eff
+
+
+def estimate_performance(
+    gpu: Gpu,
+    shape: ModelShape,
+    cfg: RunConfig,
+    *,
+    nodes: int = 1,
+    interconnect: str | None = None,
+    tf32: bool = True,
+    compute_precision: str | None = None,
+    phase: Phase | None = None,
+    nics_per_node: int | None = None,
+    grad_accumulation: int = 1,
+    cuda_graphs: bool = True,
+    attention_kernels: AttentionKernels = "current",
+    calibration: Calibration | None = None,
+    interconnects: Interconnects | None = None,
+) -> PerfEstimate:
+    """Predict throughput of ``shape`` under ``cfg`` on ``cfg.gpus`` x ``nodes`` GPUs.
+
+    ``cfg.batch`` is per GPU (per model replica with ``strategy="tp"``, where
+    ``cfg.gpus`` GPUs of a node share one replica and nodes are replicas).
+    ``compute_precision`` overrides the matmul precision implied by
+    ``cfg.precision`` (fp64, tf32 and fp8 have no memory precision of their own).
+    ``phase`` picks decode (default) or prefill for decoder inference.
+    ``grad_accumulation`` micro-batches share one optimizer step and one
+    gradient all-reduce; a step here is one micro-batch.
+    ``cuda_graphs`` says whether each decode step's kernels are replayed as one
+    CUDA graph (TensorRT-LLM, vLLM, SGLang, llama.cpp at batch 1 since May 2024)
+    or launched one by one from the host; it sets the per-layer overhead.
+    ``attention_kernels`` times fused attention at the matmuls' efficiency
+    ("current") or at the calibrated efficiency of the kernels LLM Foundry ran in
+    2023 ("llm-foundry-2023", what its reference rows need).
+    """
+    if grad_accumulation < 1:
+        raise UsageError("--grad-accumulation must be at least 1")
+    if nodes < 1:
+        raise UsageError("--nodes must be at least 1")
+    cal = calibration or load_calibration()
+    links = interconnects or load_interconnects()
+    precision = compute_precision or default_compute_precision(cfg)
+    if precision not in PERF_PRECISIONS:
+        raise UsageError(f"unknown precision {precision!r}", hint=f"one of {', '.join(PERF_PRECISIONS)}")
+    if cfg.mode == "train" and precision in ("int8", "int4"):
+        raise UsageError(f"precision {precision} is for inference only")
+    n_total = cfg.gpus * nodes
+    tp = cfg.gpus if cfg.strategy == "tp" else 1
+    replicas = n_total // tp
+    dp = replicas if cfg.mode == "train" else 1
+
+    work = model_work(shape, cfg, precision, phase=phase, tp=tp, dp=n_total if tp == 1 else 1,
+                      grad_accumulation=grad_accumulation)
+    compute_s, memory_s, overhead_s, base_step, peak, label, peak_notes, eff = _step(
+        work, gpu, precision, tf32, cal, cuda_graphs, attention_kernels)
+    notes: list[str] = [*peak_notes, *work.notes]
+
+    comm_s = 0.0
+    exposed = 0.0
+    comm_bytes = 0.0
+    link_label: str | None = None
+    link_bw: float | None = None
+    transport = "none"
+    step = base_step
+    if cfg.mode == "train" and dp > 1:
+        # data-parallel gradient all-reduce; with tp, each rank's shard across nodes
+        link = collective_link(gpu, cfg.gpus, nodes, interconnect, nics_per_node=nics_per_node, links=links)
+        ring_gpn = 1 if tp > 1 else cfg.gpus
+        volume = 1.5 if cfg.strategy in ("zero3", "fsdp") else 1.0
+        size = work.gradient_bytes * volume
+        calls = max(1, math.ceil(size / DDP_BUCKET_BYTES))
+        t_ar = allreduce_time_s(size, ring_gpn, nodes, link, calls=calls)
+        # DDP overlaps all-reduce with backward (Li et al., "PyTorch Distributed", VLDB 2020),
+        # and backward is 2/3 of the step: twice the forward FLOPs (the 6N-per-token count
+        # of Kaplan et al. 2020, 2N forward + 4N backward). ZeRO-3/FSDP prefetch parameters
+        # during forward too. The last bucket never overlaps.
+        # With gradient accumulation it runs once per grad_accumulation micro-batches.
+        window = base_step if cfg.strategy in ("zero3", "fsdp") else base_step * 2.0 / 3.0
+        tail = t_ar * min(1.0, DDP_BUCKET_BYTES / size) if size > 0 else 0.0
+        comm_s += t_ar / grad_accumulation
+        exposed += max(tail, t_ar - window) / grad_accumulation
+        comm_bytes += 2.0 * (dp - 1) / dp * size
+        notes.extend(link.notes)
+        link_label, link_bw, transport = link.label, link.bandwidth_gb_s, link.transport
+        step = base_step * (1.0 + cal.data_parallel_overhead)
+    if tp > 1:
+        # Megatron-style: two activation all-reduces per layer and pass, on the critical path
+        link = collective_link(gpu, cfg.gpus, 1, interconnect if nodes == 1 else None, links=links)
+        t_tp = allreduce_time_s(work.tp_allreduce_bytes, cfg.gpus, 1, link) * work.tp_allreduces
+        comm_s += t_tp
+        exposed += t_tp
+        comm_bytes += 2.0 * (tp - 1) / tp * work.tp_allreduce_bytes * work.tp_allreduces
+        if link_label is None:
+            link_label, link_bw, transport = link.label, link.bandwidth_gb_s, link.transport
+        notes.extend(link.notes)
+    step += exposed
+
+    per_replica = work.samples_per_step / step
+    throughput = per_replica * replicas
+    per_gpu = throughput / n_total
+    if tp > 1:
+        # against one GPU holding the whole replica with the same batch
+        single_cfg = cfg.model_copy(update={"gpus": 1, "strategy": "ddp"})
+        single_work = model_work(shape, single_cfg, precision, phase=phase, grad_accumulation=grad_accumulation)
+        single_step = _step(single_work, gpu, precision, tf32, cal, cuda_graphs, attention_kernels)[3]
+        speedup = throughput / (single_work.samples_per_step / single_step)
+        efficiency = speedup / n_total
+    else:
+        # each GPU does the same work as a lone GPU would; parallelism only adds time
+        efficiency = base_step / step
+        speedup = efficiency * n_total
+    bound_times = {"compute": compute_s, "memory": memory_s, "communication": exposed}
+    bound: Bound = max(bound_times, key=lambda k: bound_times[k])  # type: ignore[assignment]
+    return PerfEstimate(
+        throughput_per_s=throughput,
+        throughput_unit=work.unit,
+        step_time_s=step,
+        compute_s=compute_s,
+        memory_s=memory_s,
+        comm_s=comm_s,
+        bound=bound,
+        per_gpu_throughput_per_s=per_gpu,
+        scaling_efficiency=efficiency,
+        speedup_vs_1gpu=speedup,
+        error_band=cal.error_band,
+        notes=tuple(dict.fromkeys(notes)),
+        comm_exposed_s=exposed,
+        overhead_s=overhead_s,
+        gpus_total=n_total,
+        samples_per_step=int(round(work.samples_per_step)),
+        tokens_per_sample=work.tokens_per_sample,
+        flops_per_step=work.matmul_flops,
+        memory_traffic_bytes=work.matmul_bytes + work.activation_bytes + work.optimizer_bytes,
+        comm_bytes=comm_bytes,
+        workload=work.workload,
+        compute_precision=precision,
+        peak_tflops=peak,
+        peak_label=label,
+        compute_efficiency=eff.compute_efficiency,
+        memory_efficiency=eff.memory_efficiency,
+        interconnect=link_label,
+        comm_bandwidth_gb_s=link_bw,
+        transport=transport,  # type: ignore[arg-type]
+        phase=(phase or "decode") if work.workload == "llm-decode" or phase == "prefill" else None,
+        cuda_graphs=cuda_graphs if overhead_s > 0 else None,
+    )

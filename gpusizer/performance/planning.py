@@ -1,0 +1,167 @@
+"""Planning around an estimate: the default batch, scaling curves, time and cost to train."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from gpusizer.errors import UsageError
+from gpusizer.hardware.catalog import Gpu
+from gpusizer.memory.estimate import (
+    ModelShape,
+    RunConfig,
+)
+from gpusizer.performance.estimate import Bound, PerfEstimate, estimate_performance
+from gpusizer.performance.peak import default_compute_precision, memory_precision
+from gpusizer.performance.work import default_seq_len, workload_class
+
+# --------------------------------------------------------------------------
+# the default batch
+
+
+class BatchChoice(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    batch: int
+    #: the largest per-GPU batch that fits (memory.largest_batch); null if none fits
+    largest_fitting: int | None
+    cap: int
+    reason: str
+
+
+def batch_cap(shape: ModelShape, cfg: RunConfig, phase: str | None = None) -> int:
+    """A sensible ceiling for the default batch: beyond it throughput barely grows
+    while memory and latency do. CNNs: 256 images (the per-GPU batch of the
+    DeepLearningExamples ResNet-50 recipe); transformers in training: 16,384 tokens
+    per GPU; decode: 32 concurrent sequences; other inference: 64 sequences."""
+    wl = workload_class(shape, cfg, phase)
+    if wl in ("cnn-train", "cnn-infer"):
+        return 256
+    if wl == "llm-decode":
+        return 32
+    seq = cfg.seq_len or default_seq_len(shape)
+    if wl == "transformer-train":
+        return max(1, 16_384 // seq)
+    return 64
+
+
+def default_batch(
+    shape: ModelShape, cfg: RunConfig, capacity_bytes: int, *, precision: str | None = None,
+    phase: str | None = None, nodes: int = 1,
+) -> BatchChoice:
+    """The largest per-GPU batch that fits in ``capacity_bytes`` (memory.largest_batch),
+    capped by :func:`batch_cap`. Raises NothingFitsError when batch 1 does not fit."""
+    from gpusizer.errors import NothingFitsError
+    from gpusizer.memory.estimate import MAX_BATCH, largest_batch, sharding_gpus
+
+    prec = precision or default_compute_precision(cfg)
+    mem_cfg = cfg.model_copy(update={
+        "precision": memory_precision(prec, cfg.mode),
+        "gpus": sharding_gpus(cfg.strategy, cfg.gpus, nodes),
+    })
+    largest = largest_batch(shape, mem_cfg, capacity_bytes)
+    cap = batch_cap(shape, cfg, phase)
+    if largest is None:
+        raise NothingFitsError(
+            f"{shape.name} does not fit at batch 1 ({cfg.mode}, {prec}, {cfg.strategy} on {mem_cfg.gpus} GPU(s))",
+            hint="shard it (--strategy zero3/fsdp/tp with more --gpus), lower the precision, or force --batch",
+        )
+    if largest > cap:
+        more = "memory allows more" if largest >= MAX_BATCH else f"largest that fits is {largest}"
+        return BatchChoice(batch=cap, largest_fitting=largest, cap=cap, reason=f"{more}; capped at {cap}")
+    return BatchChoice(batch=largest, largest_fitting=largest, cap=cap, reason="largest that fits")
+
+
+# --------------------------------------------------------------------------
+# scaling curves, time to train and cost
+
+
+class ScalingPoint(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    gpus_per_node: int
+    nodes: int
+    gpus_total: int
+    throughput_per_s: float
+    speedup_vs_1gpu: float
+    scaling_efficiency: float
+    bound: Bound
+
+
+def scaling_counts(gpus_per_node: int, nodes: int) -> tuple[tuple[int, int], ...]:
+    """GPU counts for a scaling curve up to the requested cluster: 1, 2, 4, ...
+    inside a node, then whole nodes 2, 4, ... up to ``nodes``. For a single GPU
+    the curve shows what 2, 4 and 8 GPUs in one node would give."""
+    if gpus_per_node == 1 and nodes == 1:
+        gpus_per_node = 8
+    counts: list[tuple[int, int]] = []
+    g = 1
+    while g < gpus_per_node:
+        counts.append((g, 1))
+        g *= 2
+    counts.append((gpus_per_node, 1))
+    k = 2
+    while k < nodes:
+        counts.append((gpus_per_node, k))
+        k *= 2
+    if nodes > 1:
+        counts.append((gpus_per_node, nodes))
+    return tuple(dict.fromkeys(counts))
+
+
+def scaling_curve(
+    gpu: Gpu, shape: ModelShape, cfg: RunConfig, counts: Sequence[tuple[int, int]], **kwargs: Any,
+) -> tuple[ScalingPoint, ...]:
+    """Estimates at several (gpus_per_node, nodes) with the same per-GPU batch."""
+    points = []
+    for gpn, nodes in counts:
+        est = estimate_performance(gpu, shape, cfg.model_copy(update={"gpus": gpn}), nodes=nodes, **kwargs)
+        points.append(ScalingPoint(
+            gpus_per_node=gpn, nodes=nodes, gpus_total=gpn * nodes, throughput_per_s=est.throughput_per_s,
+            speedup_vs_1gpu=est.speedup_vs_1gpu, scaling_efficiency=est.scaling_efficiency, bound=est.bound,
+        ))
+    return tuple(points)
+
+
+class TrainingTime(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    work_amount: float
+    work_unit: str
+    seconds: float
+    hours: float
+    gpu_hours: float
+    #: null unless a price per GPU-hour is given (catalog prices are purchase prices)
+    cost_usd: float | None
+    price_per_gpu_hour_usd: float | None
+
+
+def time_to_train(
+    est: PerfEstimate, *, samples: float | None = None, tokens: float | None = None,
+    price_per_gpu_hour: float | None = None,
+) -> TrainingTime:
+    """Wall time (and cost, given a price per GPU-hour) for ``samples`` or ``tokens``."""
+    if (samples is None) == (tokens is None):
+        raise UsageError("give either a number of samples (--epochs with --dataset-size) or --tokens")
+    if tokens is not None:
+        if est.throughput_unit == "tokens/s":
+            seconds, amount, unit = tokens / est.throughput_per_s, tokens, "tokens"
+        elif est.tokens_per_sample:
+            seconds = tokens / (est.throughput_per_s * est.tokens_per_sample)
+            amount, unit = tokens, "tokens"
+        else:
+            raise UsageError("--tokens needs a sequence model", hint="use --epochs with --dataset-size")
+    else:
+        assert samples is not None
+        if est.throughput_unit == "tokens/s" and est.tokens_per_sample is None and est.samples_per_step:
+            raise UsageError("this model's speed is in tokens/s", hint="use --tokens instead of --dataset-size")
+        seconds, amount, unit = samples / est.throughput_per_s, samples, "samples"
+    hours = seconds / 3600
+    gpu_hours = hours * est.gpus_total
+    cost = gpu_hours * price_per_gpu_hour if price_per_gpu_hour is not None else None
+    return TrainingTime(
+        work_amount=amount, work_unit=unit, seconds=seconds, hours=hours, gpu_hours=gpu_hours,
+        cost_usd=cost, price_per_gpu_hour_usd=price_per_gpu_hour,
+    )

@@ -1,0 +1,1 @@
+"""Ranking: the rules file and the search that ranks GPUs for a workload."""

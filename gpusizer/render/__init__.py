@@ -1,0 +1,1 @@
+"""Turning results into rich tables for people, or one JSON document for scripts."""
