@@ -58,12 +58,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from gpusizer.domain.run import RunConfig  # noqa: E402
+from gpusizer.domain.shape import ModelShape, shape_from_model  # noqa: E402
 from gpusizer.hardware.catalog import Gpu, load_catalog  # noqa: E402
-from gpusizer.memory.estimate import ModelShape, RunConfig, model_shape_from_zoo  # noqa: E402
+from gpusizer.models.zoo import load_zoo  # noqa: E402
 from gpusizer.performance.calibration import Calibration, Efficiency, load_calibration
 from gpusizer.performance.estimate import estimate_performance
 from gpusizer.performance.work import workload_class
-from gpusizer.models.zoo import load_zoo  # noqa: E402
 
 REFS = ROOT / "tests" / "data" / "perf_refs.yaml"
 OUT = ROOT / "data" / "calibration.yaml"
@@ -187,7 +188,7 @@ class Case:
 def build_case(ref: dict[str, Any], catalog: Any, zoo: Any) -> Case:
     gpu = catalog.by_id(ref["gpu"])
     model = zoo.resolve(ref["model"])
-    shape = model_shape_from_zoo(model)
+    shape = shape_from_model(model)
     task = ref["task"]
     mode = "train" if task == "train" else "inference"
     phase = {"inference-decode": "decode", "inference-prefill": "prefill"}.get(task)

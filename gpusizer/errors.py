@@ -26,10 +26,13 @@ class GpusizerError(Exception):
 
     exit_code: ExitCode = ExitCode.INTERNAL
 
-    def __init__(self, message: str, hint: str | None = None) -> None:
+    def __init__(self, message: str, hint: str | None = None, *, field: str | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.hint = hint
+        #: the input the error is about, in domain words ("precision", "batch");
+        #: the CLI names the matching option
+        self.field = field
 
 
 class UsageError(GpusizerError):

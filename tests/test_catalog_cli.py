@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from gpusizer.hardware.catalog import load_catalog, resolve_name
 from gpusizer.errors import UsageError
+from gpusizer.hardware.catalog import load_catalog, resolve_name
 
 ROOT = Path(__file__).resolve().parent.parent
 GPUS = load_catalog().gpus

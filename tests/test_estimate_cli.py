@@ -136,7 +136,7 @@ def test_human_output_has_breakdown_and_curve(cli):
     [
         (["--model", "resnet50", "--gpu", "no-such-gpu"], 2, "unknown GPU"),
         (["--model", "resnet50", "--gpu", "v100", "--epochs", "3"], 2, "--epochs and --dataset-size"),
-        (["--model", "llama-2-7b", "--gpu", "a100-sxm4-80gb", "--precision", "int8"], 2, "quantised inference"),
+        (["--model", "llama-2-7b", "--gpu", "a100-sxm4-80gb", "--precision", "int8"], 2, "quantisation for inference"),
         (["--model", "resnet50", "--gpu", "v100-sxm2-16gb", "--gpus", "2", "--nodes", "2", "--interconnect",
           "ib-xdr"], 2, "unknown interconnect"),
         (["--model", "resnet50", "--gpu", "v100-sxm2-16gb", "--phase", "decode"], 2, "--phase is for inference"),
@@ -182,11 +182,12 @@ def test_json_when_nothing_fits_at_the_default_batch(cli, cli_json):
 
 def test_recommend_can_call_the_same_engine():
     """recommend uses estimate_performance(gpu, shape, cfg, *, nodes, interconnect, tf32) (TEAM_NOTES)."""
-    from gpusizer.memory.estimate import RunConfig, model_shape_from_params
+    from gpusizer.domain.run import RunConfig
+    from gpusizer.domain.shape import shape_from_params
     from gpusizer.performance.estimate import estimate_performance
 
     gpu = load_catalog().by_id("l40s")
-    est = estimate_performance(gpu, model_shape_from_params(7_000_000_000), RunConfig(mode="inference",
+    est = estimate_performance(gpu, shape_from_params(7_000_000_000), RunConfig(mode="inference",
                                precision="fp16", batch=1), nodes=1, interconnect=None, tf32=True)
     assert est.throughput_unit == "tokens/s" and est.bound == "memory"
     # batch-1 decode reads every fp16 weight once per token: L40S 864 GB/s over 14 GB of
@@ -207,8 +208,8 @@ def test_installed_command(installed):
 def test_cuda_graphs_set_the_decode_overhead(cli_json):
     """Batch-1 decode pays a fixed time per layer: less when each step replays as one CUDA graph.
     Both values are fitted (data/calibration.yaml); the difference is exactly layers x their gap."""
-    from gpusizer.performance.estimate import REFERENCE_CLOCK_MHZ
     from gpusizer.performance.calibration import load_calibration
+    from gpusizer.performance.estimate import REFERENCE_CLOCK_MHZ
 
     # --seq-len 256: the mean context while generating 512 tokens, as premAI's runs did
     args = ("estimate", "--model", "llama-2-7b", "--gpu", "a100-sxm4-80gb", "--inference", "--precision", "fp16",

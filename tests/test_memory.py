@@ -10,7 +10,16 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpusizer.memory.estimate import ModelShape, RunConfig, estimate_memory, fewest_gpus, fits, kv_cache_bytes, largest_batch, model_shape_from_params, model_shape_from_zoo, rule_of_thumb_params
+from gpusizer.domain.run import RunConfig
+from gpusizer.domain.shape import ModelShape, shape_from_model, shape_from_params
+from gpusizer.memory.estimate import (
+    estimate_memory,
+    fewest_gpus,
+    fits,
+    kv_cache_bytes,
+    largest_batch,
+    rule_of_thumb_params,
+)
 from gpusizer.models.zoo import Model, load_zoo
 
 DATA = Path(__file__).parent / "data"
@@ -28,12 +37,12 @@ def _cases():
 
 def _shape(case) -> ModelShape:
     if case.get("model"):
-        return model_shape_from_zoo(ZOO.resolve(case["model"]))
+        return shape_from_model(ZOO.resolve(case["model"]))
     raw = {k: v for k, v in case["shape"].items() if k in Model.model_fields}
     raw.setdefault("id", case["id"].lower())
     raw.setdefault("name", case["id"])
     raw.setdefault("sources", [{"title": case["source"]["title"]}])
-    return model_shape_from_zoo(Model.model_validate(raw))
+    return shape_from_model(Model.model_validate(raw))
 
 
 #: The CUDA context measured in the HF docs run that the `device` cases come from
@@ -118,7 +127,7 @@ def test_rule_of_thumb_through_cli(cli_json, tmp_path):
     ],
 )
 def test_bytes_per_parameter_tables(precision, optimizer, bytes_per_param):
-    shape = model_shape_from_params(10**9)
+    shape = shape_from_params(10**9)
     est = estimate_memory(shape, RunConfig(precision=precision, optimizer=optimizer))
     assert est.weights_bytes + est.gradients_bytes + est.optimizer_bytes == bytes_per_param * 10**9
 
@@ -168,7 +177,7 @@ precisions = st.sampled_from(["fp32", "mixed", "bf16"])
 @given(model=st.sampled_from(ALL), batch=st.integers(1, 64), extra=st.integers(1, 64), precision=precisions,
        ckpt=st.booleans())
 def test_monotone_in_batch(model, batch, extra, precision, ckpt):
-    shape = model_shape_from_zoo(model)
+    shape = shape_from_model(model)
     a = estimate_memory(shape, RunConfig(batch=batch, precision=precision, checkpointing=ckpt))
     b = estimate_memory(shape, RunConfig(batch=batch + extra, precision=precision, checkpointing=ckpt))
     assert b.total_bytes >= a.total_bytes
@@ -178,7 +187,7 @@ def test_monotone_in_batch(model, batch, extra, precision, ckpt):
 @given(model=st.sampled_from(TRANSFORMERS), seq=st.integers(1, 4096), extra=st.integers(1, 4096),
        mode=st.sampled_from(["train", "inference"]), flash=st.booleans())
 def test_monotone_in_sequence_length(model, seq, extra, mode, flash):
-    shape = model_shape_from_zoo(model)
+    shape = shape_from_model(model)
     prec = "bf16" if mode == "inference" else "mixed"
     a = estimate_memory(shape, RunConfig(mode=mode, precision=prec, seq_len=seq, flash_attention=flash))
     b = estimate_memory(shape, RunConfig(mode=mode, precision=prec, seq_len=seq + extra, flash_attention=flash))
@@ -189,15 +198,15 @@ def test_monotone_in_sequence_length(model, seq, extra, mode, flash):
 @given(params=st.integers(1, 10**12), extra=st.integers(1, 10**11),
        optimizer=st.sampled_from(["sgd", "momentum", "adam", "adafactor", "adam8bit"]))
 def test_monotone_in_parameter_count(params, extra, optimizer):
-    a = estimate_memory(model_shape_from_params(params), RunConfig(optimizer=optimizer))
-    b = estimate_memory(model_shape_from_params(params + extra), RunConfig(optimizer=optimizer))
+    a = estimate_memory(shape_from_params(params), RunConfig(optimizer=optimizer))
+    b = estimate_memory(shape_from_params(params + extra), RunConfig(optimizer=optimizer))
     assert b.total_bytes >= a.total_bytes
 
 
 @settings(max_examples=40, deadline=None)
 @given(model=st.sampled_from(TRANSFORMERS), n=st.integers(1, 256), more=st.integers(1, 256))
 def test_more_gpus_under_zero3_never_increase_per_gpu_memory(model, n, more):
-    shape = model_shape_from_zoo(model)
+    shape = shape_from_model(model)
     a = estimate_memory(shape, RunConfig(gpus=n, strategy="zero3", seq_len=1024))
     b = estimate_memory(shape, RunConfig(gpus=n + more, strategy="zero3", seq_len=1024))
     assert b.total_bytes <= a.total_bytes
@@ -207,7 +216,7 @@ def test_more_gpus_under_zero3_never_increase_per_gpu_memory(model, n, more):
 @given(model=st.sampled_from(ALL), capacity_gib=st.sampled_from([8, 16, 24, 40, 80]),
        precision=precisions)
 def test_largest_batch_fits_and_one_more_does_not(model, capacity_gib, precision):
-    shape = model_shape_from_zoo(model)
+    shape = shape_from_model(model)
     cfg = RunConfig(precision=precision, seq_len=512 if model.is_transformer else None)
     cap = capacity_gib * 2**30
     best = largest_batch(shape, cfg, cap)
@@ -222,7 +231,7 @@ def test_largest_batch_fits_and_one_more_does_not(model, capacity_gib, precision
 
 
 def test_fewest_gpus_is_minimal():
-    shape = model_shape_from_zoo(ZOO.resolve("llama-2-13b"))
+    shape = shape_from_model(ZOO.resolve("llama-2-13b"))
     cfg = RunConfig(strategy="fsdp", seq_len=2048, checkpointing=True, flash_attention=True)
     cap = 24 * 2**30
     n = fewest_gpus(shape, cfg, cap)
@@ -269,7 +278,7 @@ def test_fit_model_json_lists_fitting_gpus_and_exit_4_when_none(cli, cli_json):
 def test_fewest_gpus_bisects_beyond_16():
     """175B parameters in mixed precision with Adam under ZeRO-3 on 80 GiB cards: the
     search must find the exact minimum, not the next power of two."""
-    shape = model_shape_from_params(175 * 10**9)
+    shape = shape_from_params(175 * 10**9)
     cfg = RunConfig(strategy="zero3")
     cap = 80 * 2**30
     n = fewest_gpus(shape, cfg, cap)
@@ -290,7 +299,7 @@ def test_tensor_parallel_is_validated(cli, args, message):
 
 def test_fp64_counts_eight_bytes(cli_json):
     """FP64 HPC training: 8-byte weights and gradients, 8-byte Adam state (2 x 8)."""
-    est = estimate_memory(model_shape_from_params(10**9), RunConfig(precision="fp64", optimizer="adam"))
+    est = estimate_memory(shape_from_params(10**9), RunConfig(precision="fp64", optimizer="adam"))
     assert (est.weights_bytes, est.gradients_bytes, est.optimizer_bytes) == (8 * 10**9, 8 * 10**9, 16 * 10**9)
     doc = cli_json("recommend", "--workload", "hpc", "--params", "1B", "--show-excluded")
     excluded = {e["gpu_id"] for e in doc["results"]["excluded"]} if "excluded" in doc["results"] else set()

@@ -16,16 +16,23 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpusizer.hardware.catalog import Source, load_catalog
+from gpusizer.domain.run import RunConfig
+from gpusizer.domain.shape import shape_from_model, shape_from_params
 from gpusizer.errors import DataFileError, NothingFitsError, UsageError
-from gpusizer.memory.estimate import RunConfig, estimate_memory, model_shape_from_params, model_shape_from_zoo
-from gpusizer.performance.work import CNN_FLOPS_PER_ACTIVATION, model_work
-from gpusizer.performance.comm import allreduce_time_s, collective_link
-from gpusizer.performance.planning import default_batch, scaling_counts, scaling_curve, time_to_train
-from gpusizer.performance.estimate import estimate_performance, roofline, sm_count
-from gpusizer.performance.calibration import load_calibration, load_interconnects
-from gpusizer.performance.peak import peak_tflops
+from gpusizer.hardware.catalog import Source, load_catalog
+from gpusizer.memory.estimate import estimate_memory
 from gpusizer.models.zoo import Model, load_zoo
+from gpusizer.performance.calibration import load_calibration, load_interconnects
+from gpusizer.performance.comm import allreduce_time_s, collective_link
+from gpusizer.performance.estimate import estimate_performance, roofline, sm_count
+from gpusizer.performance.peak import peak_tflops
+from gpusizer.performance.planning import (
+    default_batch,
+    scaling_counts,
+    scaling_curve,
+    time_to_train,
+)
+from gpusizer.performance.work import CNN_FLOPS_PER_ACTIVATION, model_work
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -41,7 +48,7 @@ def zoo():
 
 
 def shape(zoo, name):
-    return model_shape_from_zoo(zoo.resolve(name))
+    return shape_from_model(zoo.resolve(name))
 
 
 def est(gpu, shp, **kw):
@@ -117,7 +124,7 @@ def test_cnns_scale_better_than_lstms_and_dense_nets(cat, zoo, interconnect):
     common = dict(mode="train", precision="fp32", optimizer="momentum", gpus=8, nodes=4, interconnect=interconnect)
     cnn = est(v100, shape(zoo, "resnet50"), batch=64, image_size=224, **common)
     lstm = est(v100, shape(zoo, "lstm-lm"), batch=64, seq_len=35, **common)
-    dense = est(v100, model_shape_from_params(100_000_000), batch=256, seq_len=1, **common)
+    dense = est(v100, shape_from_params(100_000_000), batch=256, seq_len=1, **common)
     assert cnn.scaling_efficiency > lstm.scaling_efficiency > dense.scaling_efficiency
     assert cnn.scaling_efficiency > 0.8
 
@@ -153,8 +160,8 @@ def test_mixed_precision_speedups_on_v100(cat, zoo):
         return amp.throughput_per_s / fp32.throughput_per_s
 
     cnn_fc = speedup(shape(zoo, "alexnet"), batch=128, image_size=224)
-    base = speedup(model_shape_from_zoo(_transformer(512, 2048, 8)), batch=64, seq_len=64)
-    big = speedup(model_shape_from_zoo(_transformer(1024, 4096, 16)), batch=64, seq_len=64)
+    base = speedup(shape_from_model(_transformer(512, 2048, 8)), batch=64, seq_len=64)
+    big = speedup(shape_from_model(_transformer(1024, 4096, 16)), batch=64, seq_len=64)
     lm = speedup(shape(zoo, "lstm-lm"), batch=64, seq_len=35)
     assert 1.6 <= cnn_fc <= 2.3, cnn_fc
     assert base < big  # 1.6x < 2.1x in the source
@@ -343,7 +350,7 @@ def test_cnn_flops_scale_with_image_area(zoo):
 
 def test_transformer_flops_are_6_params_tokens_plus_attention(zoo):
     m = zoo.resolve("llama-2-7b")
-    shp = model_shape_from_zoo(m)
+    shp = shape_from_model(m)
     b, s = 2, 4096
     eager = model_work(shp, RunConfig(mode="train", batch=b, seq_len=s), "mixed")
     flash = model_work(shp, RunConfig(mode="train", batch=b, seq_len=s, flash_attention=True), "mixed")
@@ -438,7 +445,7 @@ def test_llm_foundry_training_rows_within_ten_percent_median(cases, calibrate_mo
 def test_encoder_attention_is_not_halved(zoo):
     """Bidirectional attention (BERT) has no masked half to skip, flash or not."""
     m = zoo.resolve("bert-large")
-    shp = model_shape_from_zoo(m)
+    shp = shape_from_model(m)
     a = model_work(shp, RunConfig(mode="train", batch=8, seq_len=512), "mixed")
     b = model_work(shp, RunConfig(mode="train", batch=8, seq_len=512, flash_attention=True), "mixed")
     assert a.attention_flops == pytest.approx(b.attention_flops)
@@ -744,7 +751,7 @@ def test_scaling_efficiency_is_at_most_one(cat, zoo, gpu_id, workload, gpus, nod
     name, kw = WORKLOADS[workload]
     kw = {**kw, "gpus": gpus, "nodes": nodes, "interconnect": interconnect, "strategy": strategy}
     s = shape(zoo, name)
-    if strategy == "tp" and gpus > 1 and (not s.is_transformer or s.model.heads % gpus):
+    if strategy == "tp" and gpus > 1 and (s.transformer is None or s.transformer.heads % gpus):
         with pytest.raises(UsageError):  # tp needs a transformer whose heads divide the GPU count
             est(cat.by_id(gpu_id), s, **kw)
         return

@@ -18,9 +18,22 @@ import yaml
 from pydantic import ValidationError
 from rich.console import Console
 
-from gpusizer.hardware.catalog import Catalog, Gpu, _entries_from_document
 from gpusizer.errors import ExitCode
-from gpusizer.hardware.probe import EMIT_CATALOG_HINT, DeviceSnapshot, HostSnapshot, NvLink, architecture_for, build_pairs, cuda_version_string, match_catalog, normalise_bus_id, slug, starter_catalog_yaml, starter_entry
+from gpusizer.hardware.catalog import Catalog, Gpu, _entries_from_document
+from gpusizer.hardware.probe import (
+    EMIT_CATALOG_HINT,
+    DeviceSnapshot,
+    HostSnapshot,
+    NvLink,
+    architecture_for,
+    build_pairs,
+    cuda_version_string,
+    match_catalog,
+    normalise_bus_id,
+    slug,
+    starter_catalog_yaml,
+    starter_entry,
+)
 from gpusizer.render.probe import probe_json, probe_renderables
 from gpusizer.units import GIB, MIB
 
@@ -568,8 +581,8 @@ def test_render_lost_and_direct_links() -> None:
 
 def test_fake_machines_match_the_bundled_catalog() -> None:
     """The NVML names the fake reports resolve in data/gpus.yaml, without memory warnings."""
-    from gpusizer.hardware.catalog import load_catalog
     from gpusizer.errors import DataFileError
+    from gpusizer.hardware.catalog import load_catalog
 
     try:
         bundled = load_catalog()

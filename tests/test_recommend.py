@@ -20,13 +20,23 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpusizer.hardware.catalog import Gpu, load_catalog
+from gpusizer.domain.run import RunConfig
+from gpusizer.domain.shape import shape_from_model, shape_from_params
 from gpusizer.errors import DataFileError, ExitCode, UsageError
-from gpusizer.memory.estimate import RunConfig, estimate_memory, fits, model_shape_from_params, model_shape_from_zoo
-from gpusizer.ranking.search import RecommendRequest, candidates_from_catalog, candidates_from_probe, evaluate, field_value, normalise, recommend
+from gpusizer.hardware.catalog import Gpu, load_catalog
+from gpusizer.memory.estimate import estimate_memory, fits
+from gpusizer.models.zoo import load_zoo
 from gpusizer.ranking.rules import Criterion, load_rules, rules_from_documents
 from gpusizer.ranking.rules import Test as RuleTest
-from gpusizer.models.zoo import load_zoo
+from gpusizer.ranking.search import (
+    RecommendRequest,
+    candidates_from_catalog,
+    candidates_from_probe,
+    evaluate,
+    field_value,
+    normalise,
+    recommend,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 BUNDLED = ROOT / "data" / "rules.yaml"
@@ -418,7 +428,7 @@ def test_segment_filter(cli_json):
 
 def test_a_gpu_the_model_does_not_fit_on_is_never_recommended(cli_json):
     res = rec_json(cli_json, "--workload", "llm-inference", "--model", "llama-2-13b", "--top", "100")
-    shape = model_shape_from_zoo(load_zoo().resolve("llama-2-13b"))
+    shape = shape_from_model(load_zoo().resolve("llama-2-13b"))
     need = estimate_memory(shape, RunConfig(mode="inference", precision="fp16")).total_bytes
     assert res["memory_needed_bytes"] == need
     for g in res["ranked"]:
@@ -445,7 +455,7 @@ def test_a_high_score_does_not_save_a_gpu_the_model_does_not_fit_on(cli_json):
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(params=st.integers(min_value=10**8, max_value=2 * 10**11), train=st.booleans())
 def test_fit_is_a_hard_constraint_for_any_model_size(params, train):
-    shape = model_shape_from_params(params)
+    shape = shape_from_params(params)
     req = RecommendRequest(workload="llm-train" if train else "llm-inference", shape=shape, top=None)
     rec = recommend(candidates_from_catalog(GPUS), RULES, req, pool=GPUS)
     cfg = RunConfig(mode="train" if train else "inference", precision="mixed" if train else "fp16")
@@ -465,7 +475,7 @@ def test_speed_column_is_the_performance_model(cli_json):
 
     res = rec_json(cli_json, "--workload", "cnn", "--model", "resnet50", "--batch", "32", "--gpus", "2",
                    "--top", "100")
-    shape = model_shape_from_zoo(load_zoo().resolve("resnet50"))
+    shape = shape_from_model(load_zoo().resolve("resnet50"))
     cfg = RunConfig(mode="train", precision="mixed", batch=32, gpus=2)
     for g in res["ranked"][:5] + res["beyond_top"][:5]:
         est = estimate_performance(BY_ID[g["gpu_id"]], shape, cfg, nodes=1, tf32=True, compute_precision="mixed")
@@ -695,7 +705,7 @@ def test_local_candidates_group_identical_gpus_and_use_free_memory():
     assert by_id["rtx-3090"].label == "rtx-3090 (GPU 0, 1)"
     assert len(notes) == 1 and "Mystery GPU 9000" in notes[0] and "--emit-catalog" in notes[0]
     # fit uses the free memory: a model needing more than 20 GiB free is excluded on the 3090s
-    shape = model_shape_from_zoo(load_zoo().resolve("llama-2-7b"))
+    shape = shape_from_model(load_zoo().resolve("llama-2-7b"))
     rec = recommend(cands, RULES, RecommendRequest(workload="llm-inference", shape=shape, seq_len=16384), pool=GPUS)
     need = rec.memory_needed_bytes
     for g in (*rec.ranked, *rec.excluded):

@@ -31,9 +31,14 @@ from gpusizer.cli.options import (
     _warn,
 )
 from gpusizer.cli.root import app, guarded
+from gpusizer.domain.precision import (
+    ALL_PRECISIONS,
+    default_precision,
+    storage_precision,
+)
 from gpusizer.errors import ExitCode, NothingFitsError, UsageError
 
-EstPrecisionOpt = choices.choice_enum("EstPrecisionOpt", choices.PERF_PRECISIONS)
+EstPrecisionOpt = choices.choice_enum("EstPrecisionOpt", ALL_PRECISIONS)
 PhaseOpt = choices.choice_enum("PhaseOpt", choices.PHASES)
 
 
@@ -124,17 +129,15 @@ def estimate_cmd(
     g = res.gpu
     notes: list[str] = [res.note] if res.note else []
 
-    prec = precision.value if precision else ("mixed" if train else "fp16")
-    if train and prec in ("int8", "int4"):
-        raise UsageError(f"--precision {prec} is quantised inference", hint="add --inference, or train in mixed/bf16")
-    mem_prec = perf.memory_precision(prec, mode)
+    prec = precision.value if precision else default_precision(mode)
+    mem_prec = storage_precision(prec, mode)
     ph = phase.value if phase else None
     cfg = _run_config(
         mode=mode, precision=mem_prec, optimizer=optimizer.value, batch=batch or 1, seq_len=seq_len,
         image_size=image_size, checkpointing=checkpointing, flash_attention=flash_attention, head=head.value,
         persistent_grads=grad_accumulation > 1, gpus=gpus, strategy=strategy.value,
     )
-    from gpusizer.memory.estimate import sharding_gpus
+    from gpusizer.domain.parallelism import sharded_gpus
 
     def run_inputs() -> dict:
         return {
@@ -158,7 +161,7 @@ def estimate_cmd(
             from gpusizer.render.common import emit_json, envelope
             from gpusizer.render.estimate import nothing_fits_json
 
-            one = estimate_memory(shape, cfg.model_copy(update={"gpus": sharding_gpus(cfg.strategy, gpus, nodes)}))
+            one = estimate_memory(shape, cfg.model_copy(update={"gpus": sharded_gpus(cfg.strategy, gpus, nodes)}))
             memory = {"per_gpu_bytes": one.total_bytes, "capacity_bytes": g.memory_bytes, "fits": False}
             inputs = {**run_inputs(), "batch": None}
             why = exc.message + (f"; {exc.hint}" if exc.hint else "")
@@ -170,7 +173,7 @@ def estimate_cmd(
     else:
         batch_note = "given"
 
-    mem_cfg = cfg.model_copy(update={"gpus": sharding_gpus(cfg.strategy, gpus, nodes)})
+    mem_cfg = cfg.model_copy(update={"gpus": sharded_gpus(cfg.strategy, gpus, nodes)})
     mem = estimate_memory(shape, mem_cfg)
     fits = mem.total_bytes <= g.memory_bytes
     if not fits:

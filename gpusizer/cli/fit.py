@@ -29,6 +29,9 @@ from gpusizer.cli.options import (
     _warn,
 )
 from gpusizer.cli.root import app, guarded
+from gpusizer.domain.precision import (
+    default_precision,
+)
 from gpusizer.errors import ExitCode, UsageError
 
 # --------------------------------------------------------------------------
@@ -73,7 +76,7 @@ def fit_model_cmd(
     if method not in ("physics", "rule-of-thumb"):
         raise UsageError(f"--method: {method!r} is not physics or rule-of-thumb")
     shape = _model_shape(params, model, hf_config)
-    prec = precision.value if precision else ("mixed" if train else "fp16")
+    prec = precision.value if precision else default_precision("train" if train else "inference")
     cfg = _run_config(
         mode="train" if train else "inference", precision=prec, optimizer=optimizer.value, batch=batch,
         seq_len=seq_len, image_size=image_size, target_len=target_len, checkpointing=checkpointing,

@@ -9,6 +9,10 @@ from typing import Annotated, Any, Optional
 import typer
 
 from gpusizer import choices
+from gpusizer.domain.parallelism import STRATEGIES
+from gpusizer.domain.precision import (
+    STORAGE_PRECISIONS,
+)
 from gpusizer.errors import UsageError
 
 # --------------------------------------------------------------------------
@@ -65,9 +69,9 @@ def _warn(ctx: typer.Context, notes: list[str] | tuple[str, ...]) -> None:
             console.print(f"Note: {note}", markup=False, soft_wrap=True)
 
 
-PrecisionOpt = choices.choice_enum("PrecisionOpt", choices.PRECISIONS)
+PrecisionOpt = choices.choice_enum("PrecisionOpt", STORAGE_PRECISIONS)
 OptimizerOpt = choices.choice_enum("OptimizerOpt", choices.OPTIMIZERS)
-StrategyOpt = choices.choice_enum("StrategyOpt", choices.STRATEGIES)
+StrategyOpt = choices.choice_enum("StrategyOpt", STRATEGIES)
 HeadOpt = choices.choice_enum("HeadOpt", choices.HEADS)
 
 
@@ -83,7 +87,7 @@ ImageOpt = Annotated[Optional[int], typer.Option("--image-size", min=8, help="Im
 
 
 def _model_shape(params: str | None, model: str | None, hf_config: Path | None) -> Any:
-    from gpusizer.memory.estimate import model_shape_from_params, model_shape_from_zoo
+    from gpusizer.domain.shape import shape_from_model, shape_from_params
 
     given = [n for n, v in (("--params", params), ("--model", model), ("--hf-config", hf_config)) if v is not None]
     if len(given) != 1:
@@ -95,13 +99,13 @@ def _model_shape(params: str | None, model: str | None, hf_config: Path | None) 
         from gpusizer.units import parse_count
 
         try:
-            return model_shape_from_params(parse_count(params, what="--params"))
+            return shape_from_params(parse_count(params, what="--params"))
         except ValueError as exc:
             raise UsageError(str(exc)) from None
     if model is not None:
         from gpusizer.models.zoo import load_zoo
 
-        return model_shape_from_zoo(load_zoo(cache_dir=_cache_dir()).resolve(model))
+        return shape_from_model(load_zoo(cache_dir=_cache_dir()).resolve(model))
     import json
 
     from gpusizer.errors import DataFileError
@@ -113,11 +117,11 @@ def _model_shape(params: str | None, model: str | None, hf_config: Path | None) 
         raise DataFileError(f"{hf_config}: file not found") from None
     except (OSError, ValueError) as exc:
         raise DataFileError(f"{hf_config}: not a readable JSON file: {exc}") from None
-    return model_shape_from_zoo(model_from_hf_config(doc, str(hf_config)))
+    return shape_from_model(model_from_hf_config(doc, str(hf_config)))
 
 
 def _run_config(**kwargs: Any) -> Any:
-    from gpusizer.memory.estimate import make_run_config
+    from gpusizer.domain.run import make_run_config
 
     return make_run_config(**kwargs)
 

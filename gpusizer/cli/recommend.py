@@ -27,6 +27,7 @@ from gpusizer.cli.options import (
     StrategyOpt,
 )
 from gpusizer.cli.root import app, guarded
+from gpusizer.domain.precision import RULE_PRECISIONS
 from gpusizer.errors import DataFileError, ExitCode, NothingFitsError, UsageError
 
 #: What each bundled workload means (the rules file says what matters for it).
@@ -39,7 +40,7 @@ WORKLOAD_HELP = (
 )
 
 
-RecPrecisionOpt = choices.choice_enum("RecPrecisionOpt", choices.RULE_PRECISIONS)
+RecPrecisionOpt = choices.choice_enum("RecPrecisionOpt", RULE_PRECISIONS)
 
 
 class SortOpt(str, Enum):

@@ -13,11 +13,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from gpusizer.domain.run import RunConfig
+from gpusizer.domain.shape import ModelShape
 from gpusizer.hardware.catalog import Gpu
 from gpusizer.memory.estimate import (
     MemoryBreakdown,
-    ModelShape,
-    RunConfig,
     estimate_memory,
     fewest_gpus,
     fits,
@@ -87,7 +87,7 @@ UNKNOWN_BATCH_REASON = "unknown: without the model's shape its activations, whic
 
 def fit_one(shape: ModelShape, cfg: RunConfig, cap: Capacity, breakdown: MemoryBreakdown) -> GpuFit:
     total = breakdown.total_bytes
-    if shape.model is None:
+    if shape.arch is None:
         # memory would not grow with the batch, so any batch would "fit": say unknown
         max_batch = None
         batch1 = fits(shape, cfg.model_copy(update={"batch": 1}), cap.memory_bytes)

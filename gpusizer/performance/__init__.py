@@ -8,9 +8,14 @@ batches and builds scaling curves and training times on top.
 
 from __future__ import annotations
 
-from gpusizer.performance.calibration import Calibration, Interconnects, load_calibration, load_interconnects
+from gpusizer.performance.calibration import (
+    Calibration,
+    Interconnects,
+    load_calibration,
+    load_interconnects,
+)
 from gpusizer.performance.estimate import PerfEstimate, estimate_performance, sm_count
-from gpusizer.performance.peak import memory_precision, peak_tflops
+from gpusizer.performance.peak import peak_tflops
 from gpusizer.performance.planning import (
     ScalingPoint,
     TrainingTime,
@@ -30,7 +35,6 @@ __all__ = [
     "estimate_performance",
     "load_calibration",
     "load_interconnects",
-    "memory_precision",
     "peak_tflops",
     "scaling_counts",
     "scaling_curve",

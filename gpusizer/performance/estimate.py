@@ -38,13 +38,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from gpusizer.choices import PERF_PRECISIONS, AttentionKernels, Phase
+from gpusizer.choices import AttentionKernels, Phase
+from gpusizer.domain.parallelism import Parallelism
+from gpusizer.domain.precision import check_mode, precision_spec
+from gpusizer.domain.run import RunConfig
+from gpusizer.domain.shape import ModelShape
 from gpusizer.errors import UsageError
 from gpusizer.hardware.catalog import Gpu
-from gpusizer.memory.estimate import (
-    ModelShape,
-    RunConfig,
-)
 from gpusizer.performance.calibration import (
     Calibration,
     Interconnects,
@@ -186,7 +186,7 @@ def _step(
     compute_s = work.matmul_flops / flops_rate
     if work.attention_flops > 0 and not work.gemv:
         attn_peak = peak
-        if precision in ("fp8", "int4"):
+        if precision_spec(precision).attention_at_16bit:
             # attention multiplies 16-bit Q, K and V (Transformer Engine without fp8_dpa,
             # weight-only INT4 engines): those FLOPs run at the 16-bit rate
             attn_peak = peak_tflops(gpu, "fp16", tf32=tf32)[0]
@@ -264,18 +264,16 @@ def estimate_performance(
     2023 ("llm-foundry-2023", what its reference rows need).
     """
     if grad_accumulation < 1:
-        raise UsageError("--grad-accumulation must be at least 1")
+        raise UsageError("gradient accumulation must be at least 1 micro-batch", field="grad_accumulation")
     if nodes < 1:
-        raise UsageError("--nodes must be at least 1")
+        raise UsageError("a run needs at least 1 node", field="nodes")
     cal = calibration or load_calibration()
     links = interconnects or load_interconnects()
     precision = compute_precision or default_compute_precision(cfg)
-    if precision not in PERF_PRECISIONS:
-        raise UsageError(f"unknown precision {precision!r}", hint=f"one of {', '.join(PERF_PRECISIONS)}")
-    if cfg.mode == "train" and precision in ("int8", "int4"):
-        raise UsageError(f"precision {precision} is for inference only")
+    check_mode(precision, cfg.mode)
+    par = Parallelism.of_cluster(cfg.strategy, cfg.gpus, nodes)
     n_total = cfg.gpus * nodes
-    tp = cfg.gpus if cfg.strategy == "tp" else 1
+    tp = par.tp
     replicas = n_total // tp
     dp = replicas if cfg.mode == "train" else 1
 
@@ -296,7 +294,9 @@ def estimate_performance(
         # data-parallel gradient all-reduce; with tp, each rank's shard across nodes
         link = collective_link(gpu, cfg.gpus, nodes, interconnect, nics_per_node=nics_per_node, links=links)
         ring_gpn = 1 if tp > 1 else cfg.gpus
-        volume = 1.5 if cfg.strategy in ("zero3", "fsdp") else 1.0
+        # ZeRO-3/FSDP gather the weights forward and backward and reduce-scatter the
+        # gradients: 3 x (N-1)/N x S against the all-reduce's 2 x (N-1)/N x S
+        volume = 1.5 if par.gathers_layers else 1.0
         size = work.gradient_bytes * volume
         calls = max(1, math.ceil(size / DDP_BUCKET_BYTES))
         t_ar = allreduce_time_s(size, ring_gpn, nodes, link, calls=calls)
@@ -305,7 +305,7 @@ def estimate_performance(
         # of Kaplan et al. 2020, 2N forward + 4N backward). ZeRO-3/FSDP prefetch parameters
         # during forward too. The last bucket never overlaps.
         # With gradient accumulation it runs once per grad_accumulation micro-batches.
-        window = base_step if cfg.strategy in ("zero3", "fsdp") else base_step * 2.0 / 3.0
+        window = base_step if par.gathers_layers else base_step * 2.0 / 3.0
         tail = t_ar * min(1.0, DDP_BUCKET_BYTES / size) if size > 0 else 0.0
         comm_s += t_ar / grad_accumulation
         exposed += max(tail, t_ar - window) / grad_accumulation

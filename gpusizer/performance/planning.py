@@ -7,14 +7,13 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from gpusizer.domain.precision import storage_precision
+from gpusizer.domain.run import RunConfig
+from gpusizer.domain.shape import ModelShape
 from gpusizer.errors import UsageError
 from gpusizer.hardware.catalog import Gpu
-from gpusizer.memory.estimate import (
-    ModelShape,
-    RunConfig,
-)
 from gpusizer.performance.estimate import Bound, PerfEstimate, estimate_performance
-from gpusizer.performance.peak import default_compute_precision, memory_precision
+from gpusizer.performance.peak import default_compute_precision
 from gpusizer.performance.work import default_seq_len, workload_class
 
 # --------------------------------------------------------------------------
@@ -53,13 +52,14 @@ def default_batch(
 ) -> BatchChoice:
     """The largest per-GPU batch that fits in ``capacity_bytes`` (memory.largest_batch),
     capped by :func:`batch_cap`. Raises NothingFitsError when batch 1 does not fit."""
+    from gpusizer.domain.parallelism import sharded_gpus
     from gpusizer.errors import NothingFitsError
-    from gpusizer.memory.estimate import MAX_BATCH, largest_batch, sharding_gpus
+    from gpusizer.memory.estimate import MAX_BATCH, largest_batch
 
     prec = precision or default_compute_precision(cfg)
     mem_cfg = cfg.model_copy(update={
-        "precision": memory_precision(prec, cfg.mode),
-        "gpus": sharding_gpus(cfg.strategy, cfg.gpus, nodes),
+        "precision": storage_precision(prec, cfg.mode),
+        "gpus": sharded_gpus(cfg.strategy, cfg.gpus, nodes),
     })
     largest = largest_batch(shape, mem_cfg, capacity_bytes)
     cap = batch_cap(shape, cfg, phase)

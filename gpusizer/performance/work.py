@@ -6,12 +6,18 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from gpusizer.domain.precision import (
+    Precision,
+    precision_spec,
+    storage_precision,
+    storage_spec,
+)
+from gpusizer.domain.run import RunConfig
+from gpusizer.domain.shape import CnnShape, ModelShape, RnnShape, TransformerShape
 from gpusizer.errors import DataFileError
 from gpusizer.memory.estimate import (
     DEFAULT_SEQ_CAP,
-    GRAD_BYTES,
-    ModelShape,
-    RunConfig,
+    MemoryBreakdown,
     activation_bytes,
     attention_params,
     estimate_memory,
@@ -19,29 +25,12 @@ from gpusizer.memory.estimate import (
     mlp_params,
     transformer_seq_len,
 )
-from gpusizer.models.zoo import Model
-from gpusizer.performance.peak import memory_precision
 
 #: share of the full score matrix a causal fused-attention kernel computes: tiles
 #: wholly above the diagonal are skipped (FlashAttention-2, Dao 2023, section 3.1.1)
 CAUSAL_FLASH_FRACTION = 0.5
 
 
-#: Element bytes of the matmul operands, by performance precision.
-COMPUTE_ELEMENT_BYTES: dict[str, float] = {
-    "fp64": 8, "fp32": 4, "tf32": 4, "mixed": 2, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1, "int4": 0.5,
-}
-#: KV-cache element bytes during decode: FP8 engines (TensorRT-LLM use_fp8) keep
-#: an FP8 cache; weight-only int8/int4 (llama.cpp, GPTQ, AWQ) keep a 16-bit one.
-KV_ELEMENT_BYTES: dict[str, int] = {
-    "fp64": 8, "fp32": 4, "tf32": 4, "mixed": 2, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 2, "int4": 2,
-}
-
-
-#: Bytes per activation element in memory-bound layers, by performance precision.
-ACTIVATION_ELEMENT_BYTES: dict[str, int] = {
-    "fp64": 8, "fp32": 4, "tf32": 4, "mixed": 2, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1, "int4": 2,
-}
 #: FLOPs per convolution output element, from torchvision's ResNet-50 v1.5 at
 #: 224x224: 4.089 GMACs (8.178 GFLOPs) over 11,113,984 conv outputs per image
 #: (counted layer by layer from the architecture; docs/method.md). The zoo's
@@ -103,10 +92,11 @@ def workload_class(shape: ModelShape, cfg: RunConfig, phase: str | None = None) 
     """cnn-train, transformer-train, cnn-infer, transformer-infer or llm-decode.
 
     RNNs (no reference measurements) use the transformer classes: both are
-    GEMM-bound sequence models. A model given only by --params is a transformer.
+    GEMM-bound sequence models. A model given only by its parameter count is a
+    decoder-style transformer.
     """
-    kind = shape.model.kind if shape.model is not None else shape.kind
-    if cfg.mode == "train":
+    kind = shape.kind
+    if cfg.training:
         return "cnn-train" if kind == "cnn" else "transformer-train"
     if kind == "cnn":
         return "cnn-infer"
@@ -123,43 +113,188 @@ def params_only_layers(params: int) -> int:
 
 
 def default_seq_len(shape: ModelShape) -> int:
-    """The sequence length memory.py assumes when none is given."""
-    m = shape.model
-    if m is not None and m.is_transformer:
-        return transformer_seq_len(m, RunConfig())
-    if m is not None and m.seq_len:
-        return m.seq_len
+    """The sequence length the memory model assumes when none is given."""
+    if shape.transformer is not None:
+        return transformer_seq_len(shape.transformer, RunConfig())
+    if shape.rnn is not None:
+        return shape.rnn.seq_len
     return DEFAULT_SEQ_CAP
 
 
-def _active_matrix_params(m: Model) -> int:
+def _active_matrix_params(m: TransformerShape) -> int:
     """Linear-layer weights one token passes through (MoE: the routed experts only)."""
-    k = m.experts_per_token or 1
-    per_layer = attention_params(m) + k * mlp_params(m)
-    layers = m.layers + (m.decoder_layers or 0)
-    return layers * per_layer + (m.decoder_layers or 0) * attention_params(m)
+    per_layer = attention_params(m) + m.experts_per_token * mlp_params(m)
+    layers = m.layers + m.decoder_layers
+    return layers * per_layer + m.decoder_layers * attention_params(m)
 
 
-def _head_params(m: Model, head: str) -> int:
+def _head_params(m: TransformerShape, head: str) -> int:
     return m.vocab * m.hidden if head in ("lm", "logits") else 0
 
 
-def _attention_flops_per_token(m: Model, context: int) -> float:
+def _attention_flops_per_token(m: TransformerShape, context: int) -> float:
     """QK^T and attention-times-V, forward: 2 matmuls x 2 FLOPs x context x heads x head_dim
     per layer (PaLM, Chowdhery et al. 2022, appendix B, counts it this way)."""
-    layers = m.layers + 2 * (m.decoder_layers or 0)  # decoder self + cross attention
+    layers = m.layers + 2 * m.decoder_layers  # decoder self + cross attention
     return 4.0 * layers * context * m.heads * m.attention_head_dim
 
 
-def _embedding_bytes(shape: ModelShape, mem_precision: str) -> float:
-    """Input-embedding bytes, which a forward pass does not stream (one row per token)."""
-    m = shape.model
-    if m is None or not m.is_transformer:
+def _embedding_bytes(m: TransformerShape, storage: str) -> float:
+    """Input-embedding bytes, which a forward pass does not stream (one row per token).
+    Quantised formats keep embeddings in 16 bits."""
+    st = storage_spec(storage)
+    return float(m.vocab * m.hidden * (2 if st.quantised else st.weight_bytes))
+
+
+class _Flow(BaseModel):
+    """The model-specific part of a step: FLOPs, the weight stream and its unit."""
+
+    model_config = ConfigDict(frozen=True)
+
+    flops: float
+    weights_read: float
+    unit: Literal["images/s", "sequences/s", "tokens/s"]
+    samples: float
+    tokens: int | None = None
+    layers: int = 0
+    attention_flops: float = 0.0
+    tp_allreduces: int = 0
+    tp_allreduce_bytes: float = 0.0
+    notes: tuple[str, ...] = ()
+
+
+class _Step(BaseModel):
+    """What every flow needs to know about the step."""
+
+    model_config = ConfigDict(frozen=True)
+
+    cfg: RunConfig
+    spec: Precision
+    storage: str
+    mem: MemoryBreakdown
+    workload: str
+    passes: float
+    tp: int
+    phase: str | None
+
+    @property
+    def train(self) -> bool:
+        return self.cfg.training
+
+
+def _measured_gflops(value: float | None, shape: ModelShape) -> float:
+    if value is None:
+        raise DataFileError(f"models.yaml: entry '{shape.model_id}': forward_gflops_per_sample: needed for performance")
+    return value
+
+
+def _cnn_flow(arch: CnnShape, shape: ModelShape, st: _Step) -> _Flow:
+    cfg = st.cfg
+    scale = (cfg.image_size / arch.image_size) ** 2 if cfg.image_size else 1.0
+    flops = _measured_gflops(arch.forward_gflops_per_sample, shape) * 1e9 * scale * cfg.batch * st.passes
+    weights_read = shape.params * st.spec.compute_element_bytes * (2 if st.train else 1)
+    return _Flow(flops=flops, weights_read=weights_read, unit="images/s", samples=float(cfg.batch))
+
+
+def _rnn_flow(arch: RnnShape, shape: ModelShape, st: _Step) -> _Flow:
+    cfg = st.cfg
+    seq = cfg.seq_len or arch.seq_len
+    flops = _measured_gflops(arch.forward_gflops_per_sample, shape) * 1e9 * (seq / arch.seq_len) * cfg.batch
+    # the recurrence is sequential: every timestep re-reads each layer's
+    # hidden-to-hidden weights (4 gates x hidden x hidden for an LSTM), forward
+    # and again in backward. This is what makes RNNs bandwidth-bound.
+    elem = st.spec.compute_element_bytes
+    recurrent = (arch.layers or 1) * 4 * (arch.hidden or 0) ** 2
+    weights_read = shape.params * elem + recurrent * elem * seq * (2 if st.train else 1)
+    return _Flow(flops=flops * st.passes, weights_read=weights_read, unit="sequences/s", samples=float(cfg.batch),
+                 tokens=seq, layers=(arch.layers or 2) * seq)
+
+
+def _decode_flow(m: TransformerShape, shape: ModelShape, st: _Step, seq: int) -> _Flow:
+    """One new token for each of ``batch`` sequences, attending to ``seq`` cached tokens."""
+    b, tp = st.cfg.batch, st.tp
+    mm = _active_matrix_params(m) + _head_params(m, st.cfg.head)
+    attn = _attention_flops_per_token(m, seq) * b / tp
+    weights = float(st.mem.weights_bytes)
+    if not m.tied_embeddings:
+        weights -= _embedding_bytes(m, st.storage) / tp
+    if m.experts > 1:
+        # expected fraction of experts touched by b tokens routed to k of E each
+        touched = 1.0 - (1.0 - m.experts_per_token / m.experts) ** b
+        expert_share = min(1.0, m.layers * m.experts * mlp_params(m) / shape.params)
+        weights *= (1.0 - expert_share) + expert_share * touched
+    kv = kv_cache_bytes(m, b, seq, st.spec.kv_element_bytes, tp)
+    layers = m.layers + m.decoder_layers
+    allreduces, ar_bytes = (2 * layers, float(b * m.hidden * 2)) if tp > 1 else (0, 0.0)
+    return _Flow(flops=2.0 * mm * b / tp + attn, weights_read=weights + kv, unit="tokens/s", samples=float(b),
+                 layers=layers, attention_flops=attn, tp_allreduces=allreduces, tp_allreduce_bytes=ar_bytes)
+
+
+def _transformer_flow(m: TransformerShape, shape: ModelShape, st: _Step) -> _Flow:
+    cfg, tp = st.cfg, st.tp
+    seq = cfg.seq_len or default_seq_len(shape)
+    if st.workload == "llm-decode":
+        return _decode_flow(m, shape, st, seq)
+    tokens_per_step = cfg.batch * seq
+    attn_per_token = _attention_flops_per_token(m, seq)
+    if m.kind == "decoder" and cfg.flash_attention:
+        # causal fused kernels skip the masked half of the score matrix
+        # (FlashAttention-2, Dao 2023, section 3.1.1); eager attention computes
+        # the whole matrix and masks it afterwards
+        attn_per_token *= CAUSAL_FLASH_FRACTION
+    attn = attn_per_token * tokens_per_step * st.passes / tp
+    mm = _active_matrix_params(m) + _head_params(m, cfg.head)
+    flops = 2.0 * mm * tokens_per_step * st.passes / tp + attn
+    weights_read = (st.mem.weights_bytes - _embedding_bytes(m, st.storage) / tp) * (2 if st.train else 1)
+    if storage_spec(st.storage).autocast:
+        weights_read /= 2  # matmuls read the 16-bit copies
+    layers = m.layers + m.decoder_layers
+    allreduces, ar_bytes = ((4 if st.train else 2) * layers, float(tokens_per_step * m.hidden * 2)) if tp > 1 \
+        else (0, 0.0)
+    if m.kind == "decoder" and (st.train or st.phase == "prefill"):
+        return _Flow(flops=flops, weights_read=weights_read, unit="tokens/s", samples=float(tokens_per_step),
+                     layers=layers, attention_flops=attn, tp_allreduces=allreduces, tp_allreduce_bytes=ar_bytes)
+    return _Flow(flops=flops, weights_read=weights_read, unit="sequences/s", samples=float(cfg.batch), tokens=seq,
+                 layers=layers, attention_flops=attn, tp_allreduces=allreduces, tp_allreduce_bytes=ar_bytes)
+
+
+def _params_only_flow(shape: ModelShape, st: _Step) -> _Flow:
+    """A model known only by its parameter count: a dense transformer-like model,
+    2 x params FLOPs per token forward."""
+    cfg, tp = st.cfg, st.tp
+    layers = params_only_layers(shape.params)
+    notes = ["model given by its parameter count only: treated as a dense transformer, "
+             f"{'6' if st.train else '2'} x params FLOPs per token; activations not modelled"]
+    if st.workload == "llm-decode":
+        notes.insert(0, "model given by its parameter count only: the KV cache is not modelled (no layer shapes)")
+        return _Flow(flops=2.0 * shape.params * cfg.batch / tp, weights_read=float(st.mem.weights_bytes),
+                     unit="tokens/s", samples=float(cfg.batch), layers=layers, notes=tuple(notes))
+    seq = cfg.seq_len or default_seq_len(shape)
+    return _Flow(flops=2.0 * shape.params * cfg.batch * seq * st.passes / tp,
+                 weights_read=st.mem.weights_bytes * (2 if st.train else 1), unit="tokens/s",
+                 samples=float(cfg.batch * seq), layers=layers, notes=tuple(notes))
+
+
+def _activation_traffic(shape: ModelShape, st: _Step, mem_cfg: RunConfig, flow: _Flow) -> float:
+    """Activation traffic (memory-bound elementwise work), written and read once
+    per forward pass; a training step moves ``passes`` times that."""
+    cfg, elem = st.cfg, st.spec.traffic_activation_bytes
+    arch = shape.arch
+    if isinstance(arch, CnnShape):
+        # conv outputs per FLOP as in ResNet-50 (see CNN_FLOPS_PER_ACTIVATION)
+        return 2.0 * (flow.flops / st.passes) / CNN_FLOPS_PER_ACTIVATION * elem * st.passes
+    if isinstance(arch, RnnShape):
+        seq = cfg.seq_len or arch.seq_len
+        return 2.0 * cfg.batch * seq * (arch.layers or 1) * LSTM_ACTIVATIONS_PER_HIDDEN * (arch.hidden or 1) \
+            * elem * st.passes
+    if st.workload == "llm-decode" or arch is None:
         return 0.0
-    width = 2 if mem_precision in ("int8", "int4") else COMPUTE_ELEMENT_BYTES.get(mem_precision, 2)
-    if mem_precision == "mixed":
-        width = 4
-    return float(m.vocab * m.hidden * width)
+    # what the memory model says a training step saves for backward: every
+    # intermediate tensor of the forward pass, once
+    one_byte = elem == 1 and not st.train  # INT8/FP8 inference engines keep 1-byte activations
+    act_cfg = mem_cfg.model_copy(update={"precision": "fp16"}) if one_byte else mem_cfg
+    saved = float(activation_bytes(shape, act_cfg)[0]) * (0.5 if one_byte else 1.0)
+    return 2.0 * saved * st.passes
 
 
 def model_work(
@@ -167,138 +302,41 @@ def model_work(
     dp: int = 1, grad_accumulation: int = 1,
 ) -> Work:
     """FLOPs and bytes for one step of one GPU (``cfg.batch`` per model replica)."""
-    m = shape.model
-    mem_prec = memory_precision(precision, cfg.mode)
-    mem_cfg = cfg.model_copy(update={"precision": mem_prec, "gpus": tp if cfg.strategy == "tp" else dp})
+    spec = precision_spec(precision)
+    storage = storage_precision(precision, cfg.mode)
+    mem_cfg = cfg.model_copy(update={"precision": storage, "gpus": tp if cfg.parallelism.tp > 1 else dp})
     mem = estimate_memory(shape, mem_cfg)
     wl = workload_class(shape, cfg, phase)
-    b = cfg.batch
-    elem = COMPUTE_ELEMENT_BYTES[precision]
     notes: list[str] = []
-    train = cfg.mode == "train"
-    passes = 3.0 if train else 1.0  # forward + backward (2x forward)
-    if train and cfg.checkpointing:
+    passes = 3.0 if cfg.training else 1.0  # forward + backward (2x forward)
+    if cfg.training and cfg.checkpointing:
         passes = 4.0  # the forward pass is recomputed during backward
         notes.append("activation checkpointing recomputes the forward pass: 4x forward FLOPs")
-    tp_allreduces, tp_bytes = 0, 0.0
-    attn = 0.0
-
-    if m is not None and m.kind == "cnn":
-        scale = (cfg.image_size / m.image_size) ** 2 if (cfg.image_size and m.image_size) else 1.0
-        if m.forward_gflops_per_sample is None:
-            raise DataFileError(f"models.yaml: entry '{m.id}': forward_gflops_per_sample: needed for performance")
-        flops = m.forward_gflops_per_sample * 1e9 * scale * b * passes
-        unit, samples, tokens, layers = "images/s", float(b), None, 0
-        weights_read = shape.params * elem * (2 if train else 1)
-    elif m is not None and m.kind == "rnn":
-        seq = cfg.seq_len or m.seq_len or 1
-        scale = seq / m.seq_len if m.seq_len else 1.0
-        if m.forward_gflops_per_sample is None:
-            raise DataFileError(f"models.yaml: entry '{m.id}': forward_gflops_per_sample: needed for performance")
-        flops = m.forward_gflops_per_sample * 1e9 * scale * b * passes
-        unit, samples, tokens, layers = "sequences/s", float(b), seq, (m.layers or 2) * seq
-        # the recurrence is sequential: every timestep re-reads each layer's
-        # hidden-to-hidden weights (4 gates x hidden x hidden for an LSTM), forward
-        # and again in backward. This is what makes RNNs bandwidth-bound.
-        recurrent = (m.layers or 1) * 4 * (m.hidden or 0) ** 2
-        weights_read = shape.params * elem + recurrent * elem * seq * (2 if train else 1)
-    elif m is not None and m.is_transformer:
-        seq = cfg.seq_len or default_seq_len(shape)
-        layers = m.layers + (m.decoder_layers or 0)
-        mm = _active_matrix_params(m) + _head_params(m, cfg.head)
-        if wl == "llm-decode":
-            # one new token for each of b sequences, attending to `seq` cached tokens
-            attn = _attention_flops_per_token(m, seq) * b / tp
-            flops = 2.0 * mm * b / tp + attn
-            unit, samples, tokens = "tokens/s", float(b), None
-            experts = m.experts or 1
-            k = m.experts_per_token or 1
-            weights = mem.weights_bytes
-            if not m.tied_embeddings:
-                weights -= _embedding_bytes(shape, mem_prec) / tp
-            if experts > 1:
-                # expected fraction of experts touched by b tokens routed to k of E each
-                touched = 1.0 - (1.0 - k / experts) ** b
-                expert_share = min(1.0, m.layers * experts * mlp_params(m) / shape.params)
-                weights *= (1.0 - expert_share) + expert_share * touched
-            kv = kv_cache_bytes(m, b, seq, KV_ELEMENT_BYTES[precision], tp)
-            weights_read = weights + kv
-            if tp > 1:
-                tp_allreduces, tp_bytes = 2 * layers, float(b * m.hidden * 2)
-        else:
-            tokens_per_step = b * seq
-            attn_per_token = _attention_flops_per_token(m, seq)
-            if m.kind == "decoder" and cfg.flash_attention:
-                # causal fused kernels skip the masked half of the score matrix
-                # (FlashAttention-2, Dao 2023, section 3.1.1); eager attention computes
-                # the whole matrix and masks it afterwards
-                attn_per_token *= CAUSAL_FLASH_FRACTION
-            attn = attn_per_token * tokens_per_step * passes / tp
-            flops = 2.0 * mm * tokens_per_step * passes / tp + attn
-            if m.kind == "decoder" and (train or phase == "prefill"):
-                unit, samples, tokens = "tokens/s", float(tokens_per_step), None
-            else:
-                unit, samples, tokens = "sequences/s", float(b), seq
-            weights_read = (mem.weights_bytes - _embedding_bytes(shape, mem_prec) / tp) * (2 if train else 1)
-            if mem_prec == "mixed":
-                weights_read /= 2  # matmuls read the 16-bit copies
-            if tp > 1:
-                per = 4 if train else 2
-                tp_allreduces, tp_bytes = per * layers, float(tokens_per_step * m.hidden * 2)
+    st = _Step(cfg=cfg, spec=spec, storage=storage, mem=mem, workload=wl, passes=passes, tp=tp, phase=phase)
+    arch = shape.arch
+    if isinstance(arch, CnnShape):
+        flow = _cnn_flow(arch, shape, st)
+    elif isinstance(arch, RnnShape):
+        flow = _rnn_flow(arch, shape, st)
+    elif isinstance(arch, TransformerShape):
+        flow = _transformer_flow(arch, shape, st)
     else:
-        # --params only: a dense transformer-like model, 2 * params FLOPs per token forward
-        seq = cfg.seq_len or default_seq_len(shape)
-        layers = params_only_layers(shape.params)
-        if wl == "llm-decode":
-            flops = 2.0 * shape.params * b / tp
-            unit, samples, tokens = "tokens/s", float(b), None
-            weights_read = mem.weights_bytes
-            notes.append("model given by --params only: the KV cache is not modelled (no layer shapes)")
-        else:
-            flops = 2.0 * shape.params * b * seq * passes / tp
-            unit, samples, tokens = "tokens/s", float(b * seq), None
-            weights_read = mem.weights_bytes * (2 if train else 1)
-        notes.append("model given by --params only: treated as a dense transformer, "
-                     f"{'6' if train else '2'} x params FLOPs per token; activations not modelled")
-
-    # activation traffic (memory-bound elementwise work), written and read once per
-    # forward pass; a training step moves 3x that (passes).
-    act = 0.0
-    act_elem = ACTIVATION_ELEMENT_BYTES[precision]
-    if m is not None and m.kind == "cnn":
-        # conv outputs per FLOP as in ResNet-50 (see CNN_FLOPS_PER_ACTIVATION)
-        act = 2.0 * (flops / passes) / CNN_FLOPS_PER_ACTIVATION * act_elem * passes
-    elif m is not None and m.kind == "rnn":
-        seq = cfg.seq_len or m.seq_len or 1
-        act = 2.0 * b * seq * (m.layers or 1) * LSTM_ACTIVATIONS_PER_HIDDEN * (m.hidden or 1) * act_elem * passes
-    elif wl != "llm-decode" and m is not None:
-        # what memory.py says a training step saves for backward: every
-        # intermediate tensor of the forward pass, once
-        act_cfg = mem_cfg
-        if precision in ("int8", "fp8") and not train:
-            act_cfg = mem_cfg.model_copy(update={"precision": "fp16"})
-        saved = float(activation_bytes(shape, act_cfg)[0])
-        if precision in ("int8", "fp8") and not train:
-            saved *= 0.5  # one-byte activations in INT8/FP8 inference engines
-        act = 2.0 * saved * passes
-
-    opt = 0.0
-    if train:
+        flow = _params_only_flow(shape, st)
+    notes.extend(flow.notes)
+    opt = grads = 0.0
+    if cfg.training:
         # optimizer step: read and write weights and optimizer state, read gradients
         opt = 2.0 * mem.weights_bytes + mem.gradients_bytes + 2.0 * mem.optimizer_bytes
-        if precision == "fp64":
-            opt *= 2
-    grads = 0.0
-    if train:
         # PyTorch AMP all-reduces fp32 gradients; FP8 training (Transformer Engine
         # with Megatron) reduces them in bf16 (grad_reduce_in_fp32=False)
-        width = 2 if precision == "fp8" else GRAD_BYTES.get(mem_prec, 4)
-        grads = shape.params * width / tp
+        width = spec.allreduce_grad_bytes or storage_spec(storage).grad_bytes or 4
+        grads = shape.trainable * width / tp
     return Work(
-        workload=wl, unit=unit, samples_per_step=samples, tokens_per_sample=tokens,
-        matmul_flops=flops, attention_flops=attn, matmul_bytes=float(weights_read),
-        fused_attention=bool(attn) and cfg.flash_attention and wl != "llm-decode", activation_bytes=act, optimizer_bytes=opt,
-        layers=int(layers), gradient_bytes=grads, tp_allreduces=tp_allreduces, tp_allreduce_bytes=tp_bytes,
-        grad_accumulation=grad_accumulation if train else 1, notes=tuple(notes),
-        gemv=wl == "llm-decode" and b <= GEMV_MAX_BATCH,
+        workload=wl, unit=flow.unit, samples_per_step=flow.samples, tokens_per_sample=flow.tokens,
+        matmul_flops=flow.flops, attention_flops=flow.attention_flops, matmul_bytes=float(flow.weights_read),
+        fused_attention=bool(flow.attention_flops) and cfg.flash_attention and wl != "llm-decode",
+        activation_bytes=_activation_traffic(shape, st, mem_cfg, flow), optimizer_bytes=opt,
+        layers=int(flow.layers), gradient_bytes=grads, tp_allreduces=flow.tp_allreduces,
+        tp_allreduce_bytes=flow.tp_allreduce_bytes, grad_accumulation=grad_accumulation if cfg.training else 1,
+        notes=tuple(notes), gemv=wl == "llm-decode" and cfg.batch <= GEMV_MAX_BATCH,
     )

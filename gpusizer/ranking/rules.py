@@ -16,9 +16,10 @@ import types
 import typing
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -28,13 +29,20 @@ from pydantic import (
 )
 
 from gpusizer import datafiles
-from gpusizer.choices import RULE_PRECISIONS, Mode, RulePrecision
+from gpusizer.choices import Mode
+from gpusizer.domain.precision import RULE_PRECISIONS, PrecisionName
 from gpusizer.errors import DataFileError
 from gpusizer.hardware.catalog import ARCH_ORDER, Gpu
 
-#: The precisions ``recommend --precision`` accepts, in the issue's order.
-PRECISIONS = RULE_PRECISIONS
-Precision = RulePrecision
+
+def _rule_precision(name: str) -> str:
+    if name not in RULE_PRECISIONS:
+        raise ValueError(f"{name!r} is not a precision rules are written for ({', '.join(RULE_PRECISIONS)})")
+    return name
+
+
+#: A precision ``recommend --precision`` accepts (the table's ``rule_precision`` rows).
+RulePrecision = Annotated[PrecisionName, AfterValidator(_rule_precision)]
 Op = Literal["==", "!=", ">", ">=", "<", "<=", "in", "not in"]
 FieldKind = Literal["number", "bool", "text", "ordered"]
 
@@ -175,7 +183,7 @@ class When(BaseModel):
     min_gpus_per_node: int | None = Field(default=None, ge=1)
     min_nodes: int | None = Field(default=None, ge=1)
     min_total_gpus: int | None = Field(default=None, ge=1)
-    precision: tuple[Precision, ...] | None = None
+    precision: tuple[RulePrecision, ...] | None = None
     mode: Mode | None = None
 
     def holds(self, *, gpus_per_node: int, nodes: int, precision: str, mode: str) -> bool:
@@ -301,7 +309,7 @@ class Workload(BaseModel):
     name: str
     description: str = Field(min_length=3)
     mode: Mode
-    precision: Precision
+    precision: RulePrecision
     speed: SpeedSpec
     criteria: tuple[Criterion, ...] = ()
     constraints: tuple[Constraint, ...] = ()

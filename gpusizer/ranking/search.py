@@ -21,21 +21,22 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from gpusizer.choices import Mode
+from gpusizer.domain.parallelism import sharded_gpus
+from gpusizer.domain.precision import (
+    RULE_PRECISIONS,
+    check_mode,
+    precision_spec,
+    storage_precision,
+)
+from gpusizer.domain.run import RunConfig, make_run_config
+from gpusizer.domain.shape import ModelShape
 from gpusizer.errors import UsageError
 from gpusizer.hardware.catalog import ARCH_ORDER, Gpu
-from gpusizer.memory.estimate import (
-    ModelShape,
-    RunConfig,
-    fewest_gpus,
-    largest_batch,
-    make_run_config,
-    sharding_gpus,
-)
+from gpusizer.memory.estimate import fewest_gpus, largest_batch
 from gpusizer.memory.fit import Capacity, GpuFit, fit_model
 from gpusizer.ranking.rules import (
     DERIVED_FIELDS,
     ORDERED_VALUES,
-    PRECISIONS,
     Criterion,
     RuleSet,
     SpeedSpec,
@@ -48,16 +49,6 @@ SORTS: tuple[str, ...] = ("score", "speed", "value")
 SEGMENTS: tuple[str, ...] = ("datacenter", "workstation", "consumer")
 DEFAULT_TOP = 10
 
-#: Tensor Core field for each working precision. fp32 (strict) and fp64 have
-#: none in the catalog.
-TENSOR_FIELD: dict[str, str] = {
-    "tf32": "tensor_tf32_tflops",
-    "mixed": "tensor_fp16_tflops",
-    "fp16": "tensor_fp16_tflops",
-    "bf16": "tensor_bf16_tflops",
-    "fp8": "tensor_fp8_tflops",
-    "int8": "tensor_int8_tops",
-}
 
 _FROZEN = ConfigDict(frozen=True)
 
@@ -257,7 +248,7 @@ class Recommendation(BaseModel):
     mode: Mode
     precision: str
     precision_from: Literal["--precision", "workload default"]
-    #: the memory model's precision for this run (performance.memory_precision)
+    #: the memory model's precision for this run (domain.precision.storage_precision)
     model_precision: str
     tf32: bool
     gpus_per_node: int
@@ -297,7 +288,7 @@ def tensor_tflops(gpu: Gpu, precision: str) -> float | None:
     BF16 runs at the FP16 rate on every architecture that has it, so a missing
     BF16 figure on Ampere or newer falls back to the FP16 one.
     """
-    name = TENSOR_FIELD.get(precision)
+    name = precision_spec(precision).tensor_field
     if name is None:
         return None
     value = getattr(gpu, name)
@@ -411,20 +402,18 @@ def normalise(criterion: Criterion, value: Any, best: float | None) -> tuple[flo
 def model_precision(precision: str, mode: str) -> tuple[str, bool]:
     """(the memory model's precision, TF32 allowed) for a recommend precision.
 
-    The mapping is ``performance.memory_precision``: tf32 keeps fp32 storage;
+    The mapping is ``domain.precision.storage_precision``: tf32 keeps fp32 storage;
     fp8 trains like mixed precision and serves with one-byte weights.
     ``fp32`` means strict FP32 (no TF32); ``tf32`` asks for TF32.
     """
-    from gpusizer.performance.peak import memory_precision
-
-    return memory_precision(precision, mode), precision != "fp32"
+    return storage_precision(precision, mode), precision != "fp32"
 
 
 def _check_request(req: RecommendRequest, rules: RuleSet) -> tuple[Workload, str]:
     wl = rules.workload(req.workload)
     precision = req.precision or wl.precision
-    if precision not in PRECISIONS:
-        raise UsageError(f"--precision: {precision!r} is not one of {', '.join(PRECISIONS)}")
+    if precision not in RULE_PRECISIONS:
+        raise UsageError(f"precision {precision!r} is not one of {', '.join(RULE_PRECISIONS)}")
     if req.budget_usd is not None and not (req.budget_usd > 0 and math.isfinite(req.budget_usd)):
         raise UsageError(f"--budget: {req.budget_usd:g} must be a positive number of US dollars",
                          hint="the budget is the total for all GPUs, e.g. --budget 10000")
@@ -448,11 +437,14 @@ def _check_request(req: RecommendRequest, rules: RuleSet) -> tuple[Workload, str
         from gpusizer.performance.calibration import load_interconnects
 
         load_interconnects().get(req.interconnect)  # UsageError with close names
-    if wl.mode == "train" and precision == "int8":
+    try:
+        check_mode(precision, wl.mode)
+    except UsageError:
         raise UsageError(
-            f"--precision int8 is an inference precision, but workload {wl.name!r} trains",
-            hint="use --workload inference or llm-inference, or a training precision (mixed, bf16, fp32)",
-        )
+            f"precision {precision} is an inference precision, but workload {wl.name!r} trains",
+            hint="use an inference workload (inference, llm-inference), or a training precision (mixed, bf16, fp32)",
+            field="precision",
+        ) from None
     return wl, precision
 
 
@@ -462,11 +454,11 @@ def _check_request(req: RecommendRequest, rules: RuleSet) -> tuple[Workload, str
 
 def reference_shape(workload: Workload, zoo: Any) -> ModelShape | None:
     """The zoo model a workload's speed column uses when no model is given."""
-    from gpusizer.memory.estimate import model_shape_from_zoo
+    from gpusizer.domain.shape import shape_from_model
 
     if workload.speed.model is None:
         return None
-    return model_shape_from_zoo(zoo.resolve(workload.speed.model))
+    return shape_from_model(zoo.resolve(workload.speed.model))
 
 
 def recommend(
@@ -531,7 +523,7 @@ def recommend(
     memory_needed: int | None = None
     mem_cfg = make_run_config(
         mode=wl.mode, precision=mp, optimizer=req.optimizer, batch=req.batch, seq_len=req.seq_len,
-        image_size=req.image_size, gpus=sharding_gpus(req.strategy, req.gpus_per_node, req.nodes), strategy=req.strategy,
+        image_size=req.image_size, gpus=sharded_gpus(req.strategy, req.gpus_per_node, req.nodes), strategy=req.strategy,
         flash_attention=req.flash_attention,
     )
     if req.shape is not None:
@@ -728,7 +720,7 @@ def _sharded_options(results: Sequence[GpuResult], req: RecommendRequest, cfg: R
     """Group the GPUs that only the memory fit excluded by the sharded run that holds the model.
 
     ``gpus`` is per node, as ``--gpus`` means: tensor parallelism shards inside a node,
-    ZeRO and FSDP over every GPU of every node (memory.sharding_gpus). A GPU is listed
+    ZeRO and FSDP over every GPU of every node (memory.sharded_gpus). A GPU is listed
     only if that run also passes --budget and --max-power at its GPU count.
     """
     groups: dict[tuple[str, int], list[GpuResult]] = {}

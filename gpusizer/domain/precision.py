@@ -1,0 +1,232 @@
+"""Precision: the one place that says what each precision stores and computes on.
+
+Every module asks :func:`precision_spec` instead of keeping its own table:
+the memory model reads the storage bytes, the performance model the element
+bytes its traffic moves and the Tensor Core rate that applies, ``recommend``
+which catalog field scores a GPU, and everything asks :func:`check_mode`
+whether a precision can train.
+
+Two kinds of precision appear here:
+
+* **storage precisions** (``StoragePrecision``) are what weights, gradients
+  and optimizer state are kept in: the memory model works in these;
+* **compute-only precisions** (``tf32``, ``fp8``) say how matmuls run; they
+  are stored as another precision (:attr:`Precision.storage_train`,
+  :attr:`Precision.storage_inference`).
+
+The table below is data. Each row cites what its bytes come from; the formulas
+that use them are in ``docs/method.md``.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from gpusizer.errors import UsageError
+
+#: Every precision a run can name, in the order help texts list them.
+PrecisionName = Literal["fp64", "fp32", "tf32", "mixed", "fp16", "bf16", "fp8", "int8", "int4"]
+#: The precisions weights are stored in (what the memory model counts).
+StoragePrecision = Literal["fp64", "fp32", "fp16", "bf16", "mixed", "int8", "int4"]
+#: The catalog fields that hold a Tensor Core rate.
+TensorField = Literal[
+    "tensor_tf32_tflops", "tensor_fp16_tflops", "tensor_bf16_tflops", "tensor_fp8_tflops", "tensor_int8_tops"
+]
+
+ALL_PRECISIONS: tuple[str, ...] = get_args(PrecisionName)
+STORAGE_PRECISIONS: tuple[str, ...] = get_args(StoragePrecision)
+
+
+class Storage(BaseModel):
+    """What a storage precision keeps per element. Bytes are per element."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    #: bytes per stored weight (0.5 = 4 bits)
+    weight_bytes: float = Field(gt=0)
+    #: weight-only quantisation: only the layers' linear weights are stored this
+    #: way, embeddings and the output head stay 16-bit, and each matrix is
+    #: dequantised to 16 bits for its matmul
+    quantised: bool = False
+    #: extra bytes per quantised weight for its scales
+    quant_scale_bytes: float = Field(default=0.0, ge=0)
+    #: bytes per gradient element; None: the format cannot train
+    grad_bytes: int | None = None
+    #: bytes per optimizer-state element (Adam's m and v, momentum); None: cannot train
+    optimizer_state_bytes: int | None = None
+    #: bytes per saved activation element in the memory model
+    activation_bytes: int = Field(gt=0)
+    #: PyTorch autocast (AMP): fp32 residual stream, fp32 softmax, and 16-bit
+    #: copies of the layer weights saved for backward
+    autocast: bool = False
+
+
+class Precision(BaseModel):
+    """What one precision stores and computes on. Bytes are per element."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: PrecisionName
+    #: one line for help texts and reports
+    description: str
+    #: storage precision when training; None: this precision cannot train
+    storage_train: StoragePrecision | None
+    #: storage precision for inference
+    storage_inference: StoragePrecision
+    #: how it is stored, for the storage precisions; None for tf32 and fp8
+    storage: Storage | None = None
+    # -- compute -------------------------------------------------------------
+    #: bytes per matmul operand element (the weight stream of the performance model)
+    compute_element_bytes: float = Field(gt=0)
+    #: bytes per KV-cache element during decode
+    kv_element_bytes: int = Field(gt=0)
+    #: bytes per activation element in memory-bound layers
+    traffic_activation_bytes: int = Field(gt=0)
+    #: bytes per gradient element in the data-parallel all-reduce; None = grad_bytes
+    #: of the training storage precision
+    allreduce_grad_bytes: int | None = None
+    #: the catalog's Tensor Core rate that this precision's matmuls run at; None
+    #: for fp64 and strict fp32 (CUDA cores)
+    tensor_field: TensorField | None
+    #: how the catalog labels that rate
+    tensor_label: str | None = None
+    #: fp32 only: the Tensor Core rate its matmuls run at when TF32 is allowed
+    #: (cuDNN convolutions, TensorFlow and NGC containers allow it by default)
+    tf32_field: TensorField | None = None
+    #: Pascal GP10x (compute capability 6.1) runs it with DP4A at 4x the FP32 rate
+    dp4a: bool = False
+    #: where its matmuls run without that Tensor Core rate: FP64 or FP32 units,
+    #: 16-bit CUDA-core math ("cuda-16bit"), or at the fp16 precision's rate
+    without_tensor: Literal["fp64", "fp32", "cuda-16bit", "fp16"] = "fp32"
+    #: attention's QK^T and PV take 16-bit inputs even when the weights' matmuls
+    #: run at this precision
+    attention_at_16bit: bool = False
+    #: ``recommend --precision`` accepts it (its rules are written for it)
+    rule_precision: bool = True
+
+
+#: The table. Sources of the bytes:
+#: * weights, gradients, optimizer state: PyTorch dtypes; ``mixed`` is PyTorch AMP
+#:   with fp32 master weights (Micikevicius et al. 2018, "Mixed Precision Training");
+#: * int4: bitsandbytes NF4 stores one fp32 absmax per block of 64 weights
+#:   (Dettmers et al. 2023, QLoRA, section 2), 4/64 bytes a weight; int8 with
+#:   per-row scales, which are negligible (LLM.int8(), Dettmers et al. 2022);
+#: * activations: 16-bit for everything autocast or .half() touches;
+#: * KV cache: FP8 engines (TensorRT-LLM use_fp8) keep an FP8 cache; weight-only
+#:   int8/int4 (llama.cpp, GPTQ, AWQ) keep a 16-bit one;
+#: * fp8 training (Transformer Engine with Megatron) keeps fp32 master weights and
+#:   reduces gradients in bf16 (grad_reduce_in_fp32=False).
+_SPECS = (
+    Precision(name="fp64", description="FP64 units, fp64 storage", storage_train="fp64", storage_inference="fp64",
+              storage=Storage(weight_bytes=8, grad_bytes=8, optimizer_state_bytes=8, activation_bytes=8),
+              compute_element_bytes=8, kv_element_bytes=8, traffic_activation_bytes=8, tensor_field=None, without_tensor="fp64"),
+    Precision(name="fp32", description="FP32 storage; TF32 Tensor Cores on Ampere+ unless strict",
+              storage_train="fp32", storage_inference="fp32",
+              storage=Storage(weight_bytes=4, grad_bytes=4, optimizer_state_bytes=4, activation_bytes=4),
+              compute_element_bytes=4, kv_element_bytes=4, traffic_activation_bytes=4,
+              tensor_field=None, tf32_field="tensor_tf32_tflops"),
+    Precision(name="tf32", description="TF32 Tensor Core matmuls, fp32 storage", storage_train="fp32",
+              storage_inference="fp32", compute_element_bytes=4, kv_element_bytes=4, traffic_activation_bytes=4,
+              tensor_field="tensor_tf32_tflops", tensor_label="tf32 Tensor Core"),
+    Precision(name="mixed", description="AMP: FP16 Tensor Cores, fp32 master weights", storage_train="mixed",
+              storage_inference="mixed",
+              storage=Storage(weight_bytes=4, grad_bytes=4, optimizer_state_bytes=4, activation_bytes=2,
+                              autocast=True),
+              compute_element_bytes=2, kv_element_bytes=2, traffic_activation_bytes=2,
+              tensor_field="tensor_fp16_tflops", tensor_label="fp16 Tensor Core (fp32 accumulate)", without_tensor="cuda-16bit"),
+    Precision(name="fp16", description="pure FP16: weights, gradients and optimizer state in 16 bits",
+              storage_train="fp16", storage_inference="fp16",
+              storage=Storage(weight_bytes=2, grad_bytes=2, optimizer_state_bytes=2, activation_bytes=2),
+              compute_element_bytes=2, kv_element_bytes=2, traffic_activation_bytes=2,
+              tensor_field="tensor_fp16_tflops", tensor_label="fp16 Tensor Core (fp32 accumulate)", without_tensor="cuda-16bit"),
+    Precision(name="bf16", description="pure BF16: weights, gradients and optimizer state in 16 bits",
+              storage_train="bf16", storage_inference="bf16",
+              storage=Storage(weight_bytes=2, grad_bytes=2, optimizer_state_bytes=2, activation_bytes=2),
+              compute_element_bytes=2, kv_element_bytes=2, traffic_activation_bytes=2,
+              tensor_field="tensor_bf16_tflops", tensor_label="bf16 Tensor Core"),
+    Precision(name="fp8", description="FP8 Tensor Cores; trains like mixed, serves with 1-byte weights",
+              storage_train="mixed", storage_inference="int8", compute_element_bytes=1, kv_element_bytes=1,
+              traffic_activation_bytes=1, allreduce_grad_bytes=2, tensor_field="tensor_fp8_tflops", tensor_label="fp8 Tensor Core", without_tensor="fp16",
+              attention_at_16bit=True),
+    Precision(name="int8", description="8-bit weight-only quantised inference", storage_train=None,
+              storage_inference="int8", storage=Storage(weight_bytes=1, quantised=True, activation_bytes=2),
+              compute_element_bytes=1, kv_element_bytes=2, traffic_activation_bytes=1,
+              tensor_field="tensor_int8_tops", tensor_label="int8 Tensor Core", dp4a=True, without_tensor="fp16"),
+    Precision(name="int4", description="4-bit weight-only quantised inference (NF4 block scales)",
+              storage_train=None, storage_inference="int4",
+              storage=Storage(weight_bytes=0.5, quantised=True, quant_scale_bytes=4 / 64, activation_bytes=2),
+              compute_element_bytes=0.5, kv_element_bytes=2, traffic_activation_bytes=2,
+              tensor_field="tensor_fp16_tflops", tensor_label="fp16 Tensor Core (fp32 accumulate)", dp4a=True,
+              without_tensor="cuda-16bit", attention_at_16bit=True, rule_precision=False),
+)
+PRECISIONS: dict[str, Precision] = {p.name: p for p in _SPECS}
+
+#: The precisions ``recommend --precision`` accepts.
+RULE_PRECISIONS: tuple[str, ...] = tuple(n for n, p in PRECISIONS.items() if p.rule_precision)
+#: What a run uses when no precision is given: AMP for training (what PyTorch
+#: training scripts and the HF Trainer with fp16=True run), fp16 for inference.
+DEFAULT_PRECISION: dict[str, StoragePrecision] = {"train": "mixed", "inference": "fp16"}
+
+
+def precision_spec(name: str) -> Precision:
+    """The table row for ``name``; a :class:`UsageError` for an unknown one."""
+    try:
+        return PRECISIONS[name]
+    except KeyError:
+        raise UsageError(f"unknown precision {name!r}", hint=f"one of {', '.join(ALL_PRECISIONS)}") from None
+
+
+def storage_spec(name: str) -> Storage:
+    """How a storage precision keeps weights, gradients and optimizer state."""
+    storage = precision_spec(name).storage
+    if storage is None:
+        raise UsageError(f"precision {name!r} is not a storage format", hint=f"one of {', '.join(STORAGE_PRECISIONS)}")
+    return storage
+
+
+def default_precision(mode: str) -> StoragePrecision:
+    return DEFAULT_PRECISION[mode]
+
+
+def check_mode(name: str, mode: str) -> Precision:
+    """The row for ``name``, or a :class:`UsageError` if it cannot run in ``mode``."""
+    spec = precision_spec(name)
+    if mode == "train" and spec.storage_train is None:
+        raise UsageError(
+            f"precision {name} is weight-only quantisation for inference; train with fp32, mixed, fp16 or bf16",
+            hint="run inference, or train in mixed or bf16",
+        )
+    return spec
+
+
+def storage_precision(name: str, mode: str) -> StoragePrecision:
+    """The storage precision the memory model counts for ``name`` in ``mode``.
+
+    tf32 keeps fp32 storage; fp8 trains like mixed precision (Transformer
+    Engine keeps fp32 master weights and 16-bit activations) and serves with
+    one-byte weights, as int8 does.
+    """
+    spec = check_mode(name, mode)
+    stored = spec.storage_train if mode == "train" else spec.storage_inference
+    assert stored is not None  # check_mode rejected the None case
+    return stored
+
+
+__all__ = [
+    "ALL_PRECISIONS",
+    "DEFAULT_PRECISION",
+    "PRECISIONS",
+    "RULE_PRECISIONS",
+    "STORAGE_PRECISIONS",
+    "Precision",
+    "PrecisionName",
+    "StoragePrecision",
+    "check_mode",
+    "default_precision",
+    "precision_spec",
+    "storage_spec",
+    "Storage",
+    "storage_precision",
+]

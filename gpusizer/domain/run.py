@@ -1,0 +1,111 @@
+"""RunConfig: what is run and how, built on Precision, Parallelism and ModelShape.
+
+The training and inference rules live here and in :mod:`.precision`: which
+precisions can train (:func:`~gpusizer.domain.precision.check_mode`), the
+default precision of each mode, and the validation of a whole run. The engine
+raises :class:`~gpusizer.errors.UsageError` in domain words; the CLI maps them
+to its options.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from gpusizer.choices import Mode, Optimizer
+from gpusizer.domain.parallelism import Parallelism, Sharding, Strategy, sharding
+from gpusizer.domain.precision import (
+    Precision,
+    Storage,
+    StoragePrecision,
+    check_mode,
+    precision_spec,
+    storage_spec,
+)
+from gpusizer.errors import UsageError
+
+#: Allocator slack (fragmentation of PyTorch's caching allocator) as a fraction
+#: of peak tensor memory; see docs/method.md.
+DEFAULT_FRAGMENTATION = 0.05
+
+
+class RunConfig(BaseModel):
+    """What is run, and how. ``batch`` is per GPU (per model replica for tp).
+
+    ``precision`` is the storage precision the memory model counts; a run that
+    computes in tf32 or fp8 names its storage with
+    :func:`~gpusizer.domain.precision.storage_precision`. ``strategy`` over
+    ``gpus`` GPUs is the parallelism (:attr:`parallelism`).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    mode: Mode = "train"
+    precision: StoragePrecision = "mixed"
+    optimizer: Optimizer = "adamw"
+    batch: int = Field(default=1, ge=1, le=1 << 24)
+    seq_len: int | None = Field(default=None, ge=1, le=1 << 24)
+    image_size: int | None = Field(default=None, ge=8, le=16384)
+    #: encoder-decoder models: decoder (target) length; default seq_len
+    target_len: int | None = Field(default=None, ge=1, le=1 << 24)
+    checkpointing: bool = False
+    flash_attention: bool = False
+    #: what the transformer's output head computes: vocabulary logits for every
+    #: token (language modelling) or a handful of classes from one token
+    head: Literal["lm", "classifier", "logits"] = "lm"
+    #: gradients stay allocated between steps: gradient accumulation, or
+    #: zero_grad(set_to_none=False), the default before PyTorch 2.0
+    persistent_grads: bool = False
+    #: GPUs the model is spread over by ``strategy``
+    gpus: int = Field(default=1, ge=1, le=1 << 16)
+    strategy: Strategy = "ddp"
+    #: fixed overhead in bytes (CUDA context); None = default
+    context_bytes: int | None = Field(default=None, ge=0)
+    fragmentation: float = Field(default=DEFAULT_FRAGMENTATION, ge=0, le=1)
+
+    @model_validator(mode="after")
+    def _check(self) -> RunConfig:
+        try:
+            check_mode(self.precision, self.mode)
+        except UsageError as exc:
+            raise ValueError(exc.message) from None
+        return self
+
+    @property
+    def training(self) -> bool:
+        return self.mode == "train"
+
+    @property
+    def spec(self) -> Precision:
+        """The precision's table row."""
+        return precision_spec(self.precision)
+
+    @property
+    def storage(self) -> Storage:
+        """How weights, gradients and optimizer state are stored."""
+        return storage_spec(self.precision)
+
+    @property
+    def parallelism(self) -> Parallelism:
+        return Parallelism.of(self.strategy, self.gpus)
+
+    @property
+    def sharding(self) -> Sharding:
+        """What each GPU holds (the one sharding rule, :func:`.parallelism.sharding`)."""
+        return sharding(self.parallelism)
+
+
+def make_run_config(**kwargs: object) -> RunConfig:
+    """A RunConfig from optional settings (None means the default), with a bad
+    combination reported as a one-line UsageError."""
+    try:
+        return RunConfig(**{k: v for k, v in kwargs.items() if v is not None})  # type: ignore[arg-type]
+    except ValidationError as exc:
+        err = exc.errors(include_url=False)[0]
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        loc = ".".join(str(x) for x in err["loc"])
+        raise UsageError(f"{loc + ': ' if loc else ''}{msg}") from None
+
+
+__all__ = ["DEFAULT_FRAGMENTATION", "RunConfig", "make_run_config"]

@@ -1,0 +1,183 @@
+"""ModelShape: what the engine knows of a model, with no optional fields to guess at.
+
+A model comes from the zoo, a Hugging Face config or a bare parameter count.
+The zoo's entries (:class:`gpusizer.models.zoo.Model`) allow nulls, because one
+schema serves every kind; the engine works on the typed shapes below instead:
+a :class:`TransformerShape` has every dimension, a :class:`CnnShape` and a
+:class:`RnnShape` their measured activation figures. A model known only by its
+parameter count has no shape (``arch is None``), and the engine says so.
+
+``trainable_params`` is the one home of "which parameters train": gradients and
+optimizer state are counted for those, weights for all of them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+if TYPE_CHECKING:
+    from gpusizer.models.zoo import Model
+
+Kind = Literal["cnn", "rnn", "encoder", "encoder-decoder", "decoder", "unknown"]
+TransformerKind = Literal["encoder", "encoder-decoder", "decoder"]
+_FROZEN = ConfigDict(frozen=True, extra="forbid")
+
+
+class TransformerShape(BaseModel):
+    """Every dimension of a transformer (encoder, decoder or encoder-decoder)."""
+
+    model_config = _FROZEN
+
+    kind: TransformerKind
+    layers: int = Field(gt=0)
+    #: encoder-decoder models: the decoder's layers (``layers`` is the encoder's)
+    decoder_layers: int = Field(default=0, ge=0)
+    hidden: int = Field(gt=0)
+    heads: int = Field(gt=0)
+    n_kv_heads: int = Field(gt=0)
+    attention_head_dim: int = Field(gt=0)
+    ffn: int = Field(gt=0)
+    vocab: int = Field(gt=0)
+    #: the model's context length; None when its config does not say
+    max_seq_len: int | None = Field(default=None, gt=0)
+    mlp: Literal["gelu", "gelu_new", "relu", "swiglu", "geglu"] = "gelu"
+    #: mixture of experts: experts per layer and routed per token (1 = dense)
+    experts: int = Field(default=1, ge=1)
+    experts_per_token: int = Field(default=1, ge=1)
+    tied_embeddings: bool = False
+    dropout: bool = False
+    norm: Literal["layernorm", "rmsnorm"] = "layernorm"
+    softmax_fp32: bool = False
+
+    @property
+    def gated_mlp(self) -> bool:
+        return self.mlp in ("swiglu", "geglu")
+
+    @property
+    def has_kv_cache(self) -> bool:
+        """Generation keeps keys and values: decoders and encoder-decoders."""
+        return self.kind in ("decoder", "encoder-decoder")
+
+
+class CnnShape(BaseModel):
+    """A CNN's measured activation bytes per sample at its reference image size."""
+
+    model_config = _FROZEN
+
+    image_size: int = Field(gt=0)
+    activation_bytes_per_sample_fp32: int = Field(gt=0)
+    activation_bytes_per_sample_mixed: int | None = Field(default=None, gt=0)
+    #: parameters of the classifier head, whose gradients are written first
+    head_params: int = Field(default=0, ge=0)
+    forward_gflops_per_sample: float | None = Field(default=None, gt=0)
+
+
+class RnnShape(BaseModel):
+    """An RNN's measured activation bytes per sample at its reference sequence length."""
+
+    model_config = _FROZEN
+
+    seq_len: int = Field(gt=0)
+    activation_bytes_per_sample_fp32: int = Field(gt=0)
+    activation_bytes_per_sample_mixed: int | None = Field(default=None, gt=0)
+    layers: int | None = Field(default=None, gt=0)
+    hidden: int | None = Field(default=None, gt=0)
+    vocab: int | None = Field(default=None, gt=0)
+    forward_gflops_per_sample: float | None = Field(default=None, gt=0)
+
+
+Arch = TransformerShape | CnnShape | RnnShape
+
+
+class ModelShape(BaseModel):
+    """What the memory and performance models need of a model."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    #: every parameter (weights are counted for all of them)
+    params: int = Field(gt=0)
+    #: parameters that train (gradients and optimizer state); None = all of them
+    trainable_params: int | None = Field(default=None, ge=0)
+    kind: Kind = "unknown"
+    arch: Arch | None = None
+    #: the zoo id (or HF-config id) the shape came from; None for --params
+    model_id: str | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> ModelShape:
+        if self.trainable_params is not None and self.trainable_params > self.params:
+            raise ValueError(f"trainable_params ({self.trainable_params:,}) exceeds params ({self.params:,})")
+        return self
+
+    @property
+    def trainable(self) -> int:
+        return self.params if self.trainable_params is None else self.trainable_params
+
+    @property
+    def transformer(self) -> TransformerShape | None:
+        return self.arch if isinstance(self.arch, TransformerShape) else None
+
+    @property
+    def cnn(self) -> CnnShape | None:
+        return self.arch if isinstance(self.arch, CnnShape) else None
+
+    @property
+    def rnn(self) -> RnnShape | None:
+        return self.arch if isinstance(self.arch, RnnShape) else None
+
+    @property
+    def is_transformer(self) -> bool:
+        return isinstance(self.arch, TransformerShape)
+
+
+def arch_of(model: Model) -> Arch:
+    """The typed shape of a zoo entry; the zoo's validator guarantees the fields."""
+    if model.kind in ("encoder", "encoder-decoder", "decoder"):
+        assert model.layers and model.hidden and model.heads and model.ffn and model.vocab
+        return TransformerShape(
+            kind=model.kind, layers=model.layers, decoder_layers=model.decoder_layers or 0, hidden=model.hidden,
+            heads=model.heads, n_kv_heads=model.kv_heads or model.heads,
+            attention_head_dim=model.head_dim or model.hidden // model.heads, ffn=model.ffn, vocab=model.vocab,
+            max_seq_len=model.max_seq_len, mlp=model.mlp or "gelu", experts=model.experts or 1,
+            experts_per_token=model.experts_per_token or 1, tied_embeddings=bool(model.tied_embeddings),
+            dropout=bool(model.dropout), norm=model.norm or "layernorm", softmax_fp32=bool(model.softmax_fp32),
+        )
+    assert model.activation_bytes_per_sample_fp32 is not None
+    if model.kind == "cnn":
+        assert model.image_size is not None
+        return CnnShape(
+            image_size=model.image_size, activation_bytes_per_sample_fp32=model.activation_bytes_per_sample_fp32,
+            activation_bytes_per_sample_mixed=model.activation_bytes_per_sample_mixed,
+            head_params=model.head_params or 0, forward_gflops_per_sample=model.forward_gflops_per_sample,
+        )
+    assert model.seq_len is not None
+    return RnnShape(
+        seq_len=model.seq_len, activation_bytes_per_sample_fp32=model.activation_bytes_per_sample_fp32,
+        activation_bytes_per_sample_mixed=model.activation_bytes_per_sample_mixed, layers=model.layers,
+        hidden=model.hidden, vocab=model.vocab, forward_gflops_per_sample=model.forward_gflops_per_sample,
+    )
+
+
+def shape_from_model(model: Model, *, trainable_params: int | None = None) -> ModelShape:
+    """The shape of a zoo entry or of a model read from a Hugging Face config."""
+    return ModelShape(name=model.name, params=model.params, trainable_params=trainable_params, kind=model.kind,
+                      arch=arch_of(model), model_id=model.id)
+
+
+def shape_from_params(params: int) -> ModelShape:
+    """A model known only by its parameter count: no layer shapes."""
+    return ModelShape(name=f"{params:,} parameters", params=params)
+
+
+__all__ = [
+    "CnnShape",
+    "ModelShape",
+    "RnnShape",
+    "TransformerShape",
+    "arch_of",
+    "shape_from_model",
+    "shape_from_params",
+]
