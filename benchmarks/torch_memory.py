@@ -4,10 +4,10 @@ DEV-ONLY. gpusizer does not depend on PyTorch; this script produces the measured
 gpusizer's data and tests use:
 
 * ``--activations``: per-sample activation bytes of the zoo's CNNs and LSTM, written to
-  ``scratch/activation_counts.yaml`` (fp32 and "mixed" = CPU autocast bfloat16), measured at
+  ``benchmarks/out/activation_counts.yaml`` (fp32 and "mixed" = CPU autocast bfloat16), measured at
   batch 1, 2 and 8 and reported as the least-squares slope per sample.
 * ``--refs``: reference peak-memory cases, written to ``tests/data/memory_refs_torch.yaml`` in
-  the format of ``scratch/MEMREF_FORMAT.md`` (``measures: tensor``).
+  the format of ``docs/memory-refs-format.md`` (``measures: tensor``).
 
 How to run (PyTorch must NOT be installed into gpusizer's own environment; use a separate venv,
 with a CPU wheel so no CUDA build is pulled)::
@@ -102,8 +102,9 @@ import sys
 import time
 import weakref
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -114,7 +115,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
 REPO = Path(__file__).resolve().parent.parent
-ACT_OUT = REPO / "scratch" / "activation_counts.yaml"
+ACT_OUT = REPO / "benchmarks" / "out" / "activation_counts.yaml"
 REFS_OUT = REPO / "tests" / "data" / "memory_refs_torch.yaml"
 SOURCE_TITLE = "gpusizer benchmarks/torch_memory.py"
 
@@ -267,7 +268,7 @@ class LiveTensorTracker(TorchDispatchMode):
         return list(self.live.values())
 
     # -- dispatch -----------------------------------------------------------------------------
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         name = str(func)
         self.ops[name] += 1
@@ -308,7 +309,7 @@ def saved_tensor_bytes(root: torch.Tensor, tracker: LiveTensorTracker) -> dict[s
                 continue
             try:
                 value = getattr(fn, attr)
-            except Exception:  # noqa: BLE001 - e.g. freed buffers
+            except Exception:
                 continue
             for t in value if isinstance(value, (tuple, list)) else (value,):
                 if isinstance(t, torch.Tensor):
@@ -363,7 +364,7 @@ class GpuLike(TorchFunctionMode):
         self.cast_fp32, self.opt_dtype_fp32 = _autocast_fp32_funcs()
         self.counts: Counter[str] = Counter()
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+    def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = dict(kwargs or {})
         if self.dropout and func is F.dropout:
             inp = args[0]
@@ -1073,7 +1074,7 @@ def ref_entry(case: Case, r: dict[str, Any], opts: Options) -> dict[str, Any]:
 
 REFS_HEADER = """\
 # Reference peak tensor memory measured with PyTorch (CPU) by benchmarks/torch_memory.py.
-# Format: scratch/MEMREF_FORMAT.md. measures: tensor = peak bytes of live tensor storages
+# Format: docs/memory-refs-format.md. measures: tensor = peak bytes of live tensor storages
 # (what torch.cuda.max_memory_allocated() would report, without the 512-byte block rounding and
 # without library workspaces). Regenerate with:
 #   /tmp/torchenv/bin/python benchmarks/torch_memory.py --refs --write

@@ -1,16 +1,22 @@
-"""The README stays true: its set-up commands, every command and every option."""
+"""The docs stay true: the README's set-up commands, the generated command reference,
+the exit codes, the README's size and every relative link."""
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from pathlib import Path
+from urllib.parse import unquote
 
+import pytest
 import typer.main
 
 from gpusizer.cli import app
 
 ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
 README = (ROOT / "README.md").read_text()
+README_MAX_BYTES = 12_500
 
 
 def _code_blocks(text: str) -> list[str]:
@@ -25,35 +31,112 @@ def test_readme_opens_with_the_two_setup_commands():
     assert blocks[1] in (ROOT / ".ci" / "run").read_text()
 
 
-def _commands():
-    group = typer.main.get_command(app)
+# ----- the generated command reference ----------------------------------------------------
+
+
+def _generator():
+    """docs/gen_commands.py, imported by path (docs/ is not a package)."""
+    spec = importlib.util.spec_from_file_location("gen_commands", DOCS / "gen_commands.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _commands() -> dict[str, object]:
+    """Every command of the app, found here rather than by the generator: 'gpusizer',
+    'gpusizer catalog', 'gpusizer catalog list', ..."""
     out = {}
-    for name, cmd in group.commands.items():
-        if hasattr(cmd, "commands"):
-            for sub, subcmd in cmd.commands.items():
-                out[f"{name} {sub}"] = subcmd
-        else:
-            out[name] = cmd
+
+    def visit(path, cmd):
+        out[path] = cmd
+        for name, sub in getattr(cmd, "commands", {}).items():
+            if not getattr(sub, "hidden", False):
+                visit(f"{path} {name}", sub)
+
+    visit("gpusizer", typer.main.get_command(app))
     return out
 
 
-def test_every_command_is_documented():
-    for name in _commands():
-        assert f"gpusizer {name}" in README, f"README does not document 'gpusizer {name}'"
+def _section(text: str, path: str) -> str:
+    """The part of docs/commands.md under the heading for one command."""
+    match = re.search(rf"^## `{re.escape(path)}`\n(.*?)(?=^## |\Z)", text, flags=re.M | re.S)
+    assert match, f"docs/commands.md has no section for '{path}': run python docs/gen_commands.py"
+    return match.group(1)
 
 
-def test_every_option_is_documented():
+def test_command_reference_is_current():
+    current = (DOCS / "commands.md").read_text(encoding="utf-8")
+    assert current == _generator().render(), "docs/commands.md is out of date: run python docs/gen_commands.py"
+
+
+def test_every_command_and_option_is_in_the_reference():
+    text = (DOCS / "commands.md").read_text(encoding="utf-8")
+    commands = _commands()
+    assert {"gpusizer recommend", "gpusizer fit-model", "gpusizer estimate", "gpusizer probe",
+            "gpusizer catalog list", "gpusizer catalog show"} <= set(commands)
     missing = []
-    for name, cmd in _commands().items():
+    for path, cmd in commands.items():
+        section = _section(text, path)
         for param in cmd.params:
-            for opt in getattr(param, "opts", []):
-                if opt.startswith("--") and opt not in README:
-                    missing.append(f"{name} {opt}")
+            if getattr(param, "hidden", False):
+                continue
+            names = list(param.opts) + list(getattr(param, "secondary_opts", []) or [])
+            for opt in names:
+                if opt.startswith("--") and f"`{opt}`" not in section:
+                    missing.append(f"{path} {opt}")
     assert not missing, missing
 
 
 def test_every_exit_code_is_documented():
     from gpusizer.errors import ExitCode
 
+    text = (DOCS / "exit-codes.md").read_text()
     for code in ExitCode:
-        assert re.search(rf"^\| {int(code)} \|", README, flags=re.M), code
+        assert re.search(rf"^\| {int(code)} \|", text, flags=re.M), f"docs/exit-codes.md has no row for {code!r}"
+
+
+# ----- the README's size and the links ---------------------------------------------------
+
+
+def test_readme_stays_short():
+    size = len(README.encode("utf-8"))
+    assert size <= README_MAX_BYTES, f"README.md is {size} bytes; move detail into docs/ (limit {README_MAX_BYTES})"
+
+
+MARKDOWN_FILES = [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]
+# [text](target) and [text](target "title")
+LINK = re.compile(r"\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
+
+
+def _links(text: str) -> list[str]:
+    text = re.sub(r"```.*?```", "", text, flags=re.S)  # links inside code blocks are not links
+    text = re.sub(r"`[^`\n]*`", "", text)
+    return LINK.findall(text)
+
+
+def _anchors(md: Path) -> set[str]:
+    """GitHub's anchors for the headings of a Markdown file."""
+    text = re.sub(r"```.*?```", "", md.read_text(encoding="utf-8"), flags=re.S)
+    seen: dict[str, int] = {}
+    out = set()
+    for heading in re.findall(r"^#{1,6}\s+(.*?)\s*#*\s*$", text, flags=re.M):
+        slug = re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
+        n = seen.get(slug, 0)
+        seen[slug] = n + 1
+        out.add(slug if n == 0 else f"{slug}-{n}")
+    return out
+
+
+@pytest.mark.parametrize("md", MARKDOWN_FILES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_relative_links_resolve(md):
+    broken = []
+    for target in _links(md.read_text(encoding="utf-8")):
+        if re.match(r"^[a-z][a-z0-9+.-]*:", target, flags=re.I):
+            continue  # http:, https:, mailto:
+        path, _, anchor = unquote(target).partition("#")
+        dest = (md.parent / path) if path else md
+        if not dest.exists():
+            broken.append(target)
+        elif anchor and dest.suffix == ".md" and anchor not in _anchors(dest):
+            broken.append(target)
+    assert not broken, f"{md.relative_to(ROOT)}: links to missing files or headings: {broken}"

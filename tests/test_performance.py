@@ -1,6 +1,6 @@
 """The performance engine: formulas, source-document figures, calibration error, invariants.
 
-Source-document figures come from scratch/SEED-FACTS.md; each test states the
+Source-document figures come from docs/sources.md; each test states the
 configuration it uses, because the documents do not.
 """
 
@@ -75,7 +75,7 @@ def cases(calibrate_module):
 
 
 # --------------------------------------------------------------------------
-# source-document figures (scratch/SEED-FACTS.md)
+# source-document figures (docs/sources.md)
 
 
 def test_rdma_vs_tcp_on_the_same_tesla_cluster_is_about_2_5x(cat, zoo):

@@ -1,6 +1,6 @@
 """recommend: the rules file, the engine, and the command.
 
-Figures asserted here come from the source documents (scratch/SEED-FACTS.md
+Figures asserted here come from the source documents (docs/sources.md
 digests them; "SEED" below) or from the catalog's datasheet values, cited
 where they are used. Speed numbers come from the performance model and are
 only compared with each other or with a direct call of that model.
