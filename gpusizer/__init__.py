@@ -1,3 +1,48 @@
-"""gpusizer: which GPU to use, and how much of it."""
+"""gpusizer: which GPU to use, and how much of it.
+
+The public API answers the tool's questions in one process, with the results
+the command line prints under ``--json``::
+
+    import gpusizer
+
+    fit = gpusizer.fit_model("llama-2-7b", gpu="RTX 4090", mode="inference")
+    est = gpusizer.estimate("resnet50", gpu="A100 80GB SXM4", batch=256)
+    rec = gpusizer.recommend("cnn", model="resnet50")
+    cat = gpusizer.load_catalog()
+
+See ``docs/api.md``. The names load lazily, so ``import gpusizer`` stays cheap
+for the command line.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+if TYPE_CHECKING:
+    from gpusizer.api import estimate, fit_model, load_catalog, recommend, resolve_model
+    from gpusizer.domain import ModelShape, Parallelism, Precision, RunConfig
+
+_API = {
+    "fit_model": "gpusizer.api",
+    "estimate": "gpusizer.api",
+    "recommend": "gpusizer.api",
+    "load_catalog": "gpusizer.api",
+    "resolve_model": "gpusizer.api",
+    "RunConfig": "gpusizer.domain",
+    "ModelShape": "gpusizer.domain",
+    "Precision": "gpusizer.domain",
+    "Parallelism": "gpusizer.domain",
+}
+
+__all__ = ["__version__", *_API]
+
+
+def __getattr__(name: str) -> Any:
+    module = _API.get(name)
+    if module is None:
+        raise AttributeError(f"module 'gpusizer' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)

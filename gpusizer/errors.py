@@ -11,7 +11,7 @@ from enum import IntEnum
 
 
 class ExitCode(IntEnum):
-    """Exit codes documented in the README. Never renumber them."""
+    """Exit codes documented in docs/exit-codes.md. Never renumber them."""
 
     OK = 0
     INTERNAL = 1

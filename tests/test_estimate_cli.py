@@ -135,13 +135,13 @@ def test_human_output_has_breakdown_and_curve(cli):
     ("args", "code", "message"),
     [
         (["--model", "resnet50", "--gpu", "no-such-gpu"], 2, "unknown GPU"),
-        (["--model", "resnet50", "--gpu", "v100", "--epochs", "3"], 2, "--epochs and --dataset-size"),
+        (["--model", "resnet50", "--gpu", "v100", "--epochs", "3"], 2, "--epochs: epochs and a dataset size go together"),
         (["--model", "llama-2-7b", "--gpu", "a100-sxm4-80gb", "--precision", "int8"], 2, "quantisation for inference"),
         (["--model", "resnet50", "--gpu", "v100-sxm2-16gb", "--gpus", "2", "--nodes", "2", "--interconnect",
           "ib-xdr"], 2, "unknown interconnect"),
-        (["--model", "resnet50", "--gpu", "v100-sxm2-16gb", "--phase", "decode"], 2, "--phase is for inference"),
+        (["--model", "resnet50", "--gpu", "v100-sxm2-16gb", "--phase", "decode"], 2, "--phase: a phase (decode or prefill) is for inference"),
         (["--model", "llama-2-70b", "--gpu", "rtx-3090"], 4, "does not fit at batch 1"),
-        (["--model", "resnet50", "--gpu", "rtx-3090", "--tokens", "1B"], 2, "--tokens needs a sequence model"),
+        (["--model", "resnet50", "--gpu", "rtx-3090", "--tokens", "1B"], 2, "--tokens: a token count needs a sequence model"),
     ],
 )
 def test_errors(cli, args, code, message):

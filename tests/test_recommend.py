@@ -600,7 +600,7 @@ def _write(tmp_path: Path, text: str) -> str:
         (["--workload", "cnn", "--segment", "gamer"], ExitCode.USAGE, "--segment: 'gamer'"),
         (["--workload", "cnn", "--precision", "int8"], ExitCode.USAGE, "int8 is an inference precision"),
         (["--workload", "cnn", "--interconnect", "ib-hdrr"], ExitCode.USAGE, "unknown interconnect"),
-        (["--workload", "cnn", "--batch", "8"], ExitCode.USAGE, "--batch needs --model"),
+        (["--workload", "cnn", "--batch", "8"], ExitCode.USAGE, "--batch: a batch needs a model"),
     ],
 )
 def test_bad_inputs_exit_cleanly(cli, args, code, message):

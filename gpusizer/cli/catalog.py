@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -19,14 +19,14 @@ from gpusizer.errors import UsageError
 def catalog_list(
     ctx: typer.Context,
     segment: Annotated[
-        Optional[str], typer.Option(help="datacenter, workstation or consumer.", show_default=False)
+        str | None, typer.Option(help="datacenter, workstation or consumer.", show_default=False)
     ] = None,
-    arch: Annotated[Optional[str], typer.Option(help="Architecture, e.g. ampere, hopper.")] = None,
-    min_memory: Annotated[Optional[float], typer.Option(help="Minimum memory in GiB.", min=0)] = None,
-    ecc: Annotated[Optional[bool], typer.Option("--ecc/--no-ecc", help="Only GPUs with (or without) ECC.")] = None,
-    rdma: Annotated[Optional[bool], typer.Option("--rdma/--no-rdma", help="Only GPUs with (or without) GPUDirect RDMA.")] = None,
-    nvlink: Annotated[Optional[bool], typer.Option("--nvlink/--no-nvlink", help="Only GPUs with (or without) NVLink.")] = None,
-    sort: Annotated[Optional[str], typer.Option(help="Sort by a numeric field, e.g. fp64_tflops, bandwidth_gb_s.")] = None,
+    arch: Annotated[str | None, typer.Option(help="Architecture, e.g. ampere, hopper.")] = None,
+    min_memory: Annotated[float | None, typer.Option(help="Minimum memory in GiB.", min=0)] = None,
+    ecc: Annotated[bool | None, typer.Option("--ecc/--no-ecc", help="Only GPUs with (or without) ECC.")] = None,
+    rdma: Annotated[bool | None, typer.Option("--rdma/--no-rdma", help="Only GPUs with (or without) GPUDirect RDMA.")] = None,
+    nvlink: Annotated[bool | None, typer.Option("--nvlink/--no-nvlink", help="Only GPUs with (or without) NVLink.")] = None,
+    sort: Annotated[str | None, typer.Option(help="Sort by a numeric field, e.g. fp64_tflops, bandwidth_gb_s.")] = None,
     ascending: Annotated[bool, typer.Option("--ascending", help="Sort smallest first.")] = False,
     catalog: CatalogOpt = None,
     json_out: JsonOpt = False,

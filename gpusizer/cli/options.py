@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
@@ -18,9 +18,9 @@ from gpusizer.errors import UsageError
 # --------------------------------------------------------------------------
 # shared options
 
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document (see README, 'JSON output').")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document (docs/json.md).")]
 CatalogOpt = Annotated[
-    Optional[list[Path]],
+    list[Path] | None,
     typer.Option(
         "--catalog",
         help="Extra catalog YAML file; repeatable. Adds GPUs or overrides fields by id. "
@@ -75,15 +75,15 @@ StrategyOpt = choices.choice_enum("StrategyOpt", STRATEGIES)
 HeadOpt = choices.choice_enum("HeadOpt", choices.HEADS)
 
 
-ParamsOpt = Annotated[Optional[str], typer.Option("--params", help="Parameter count: 60M, 1.3B, 7e9, 175B or 60000000.")]
-ModelOpt = Annotated[Optional[str], typer.Option("--model", help="A model from the zoo (gpusizer models), e.g. resnet50, llama-2-7b.")]
-HfConfigOpt = Annotated[Optional[Path], typer.Option("--hf-config", help="A local Hugging Face config.json (no network).")]
-BatchOpt = Annotated[Optional[int], typer.Option("--batch", min=1, help="Batch per GPU (per model replica with tp). Default 1.")]
-SeqOpt = Annotated[Optional[int], typer.Option("--seq-len", min=1, help="Sequence length in tokens (transformers, RNNs).")]
+ParamsOpt = Annotated[str | None, typer.Option("--params", help="Parameter count: 60M, 1.3B, 7e9, 175B or 60000000.")]
+ModelOpt = Annotated[str | None, typer.Option("--model", help="A model from the zoo (gpusizer models), e.g. resnet50, llama-2-7b.")]
+HfConfigOpt = Annotated[Path | None, typer.Option("--hf-config", help="A local Hugging Face config.json (no network).")]
+BatchOpt = Annotated[int | None, typer.Option("--batch", min=1, help="Batch per GPU (per model replica with tp). Default 1.")]
+SeqOpt = Annotated[int | None, typer.Option("--seq-len", min=1, help="Sequence length in tokens (transformers, RNNs).")]
 FlashOpt = Annotated[bool, typer.Option(
     "--flash-attention", help="Fused attention (FlashAttention, PyTorch SDPA): no s x s score matrix is kept, and "
                               "causal models compute half of it.")]
-ImageOpt = Annotated[Optional[int], typer.Option("--image-size", min=8, help="Image side in pixels (CNNs).")]
+ImageOpt = Annotated[int | None, typer.Option("--image-size", min=8, help="Image side in pixels (CNNs).")]
 
 
 def _model_shape(params: str | None, model: str | None, hf_config: Path | None) -> Any:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -28,7 +28,7 @@ from gpusizer.cli.options import (
 )
 from gpusizer.cli.root import app, guarded
 from gpusizer.domain.precision import RULE_PRECISIONS
-from gpusizer.errors import DataFileError, ExitCode, NothingFitsError, UsageError
+from gpusizer.errors import ExitCode
 
 #: What each bundled workload means (the rules file says what matters for it).
 WORKLOAD_HELP = (
@@ -63,7 +63,7 @@ def recommend_cmd(
     ctx: typer.Context,
     workload: Annotated[str, typer.Option("--workload", "-w", help=WORKLOAD_HELP)],
     precision: Annotated[
-        Optional[RecPrecisionOpt],
+        RecPrecisionOpt | None,
         typer.Option(help="Working precision. Default: the workload's (mixed for training, fp16 for inference, "
                      "fp64 for hpc). tf32 = TF32 matmuls with FP32 storage; mixed = AMP."),
     ] = None,
@@ -79,29 +79,29 @@ def recommend_cmd(
     gpus: Annotated[int, typer.Option("--gpus", min=1, help="GPUs per node.")] = 1,
     nodes: Annotated[int, typer.Option("--nodes", min=1, help="Nodes. Several nodes make GPUDirect RDMA matter.")] = 1,
     interconnect: Annotated[
-        Optional[str], typer.Option(help="Inter-node network for the performance model, as in 'gpusizer estimate'. "
+        str | None, typer.Option(help="Inter-node network for the performance model, as in 'gpusizer estimate'. "
                                     "Default: the performance model's choice for each GPU.")
     ] = None,
     budget: Annotated[
-        Optional[float], typer.Option("--budget", help="Total US dollars for all GPUs (launch prices). GPUs without "
+        float | None, typer.Option("--budget", help="Total US dollars for all GPUs (launch prices). GPUs without "
                                       "a known price are excluded when a budget is given.")
     ] = None,
     max_power: Annotated[
-        Optional[float], typer.Option("--max-power", help="Total board power in watts for all GPUs (TDP x count).")
+        float | None, typer.Option("--max-power", help="Total board power in watts for all GPUs (TDP x count).")
     ] = None,
     require: Annotated[
-        Optional[list[str]], typer.Option("--require", help="Hard requirements, comma-separated or repeated: "
+        list[str] | None, typer.Option("--require", help="Hard requirements, comma-separated or repeated: "
                                           "ecc, rdma, nvlink, fp64 (full-rate FP64).")
     ] = None,
     segment: Annotated[
-        Optional[list[str]], typer.Option("--segment", help="Only these segments: datacenter, workstation, consumer "
+        list[str] | None, typer.Option("--segment", help="Only these segments: datacenter, workstation, consumer "
                                           "(comma-separated or repeated).")
     ] = None,
     top: Annotated[int, typer.Option("--top", min=1, help="Show the best K GPUs.")] = 10,
     sort: Annotated[SortOpt, typer.Option(help="score (rules), speed (performance model) or value "
                                           "(speed per dollar of launch price).")] = SortOpt.score,
     rules: Annotated[
-        Optional[list[Path]], typer.Option("--rules", help="Extra rules YAML, repeatable: overrides or extends the "
+        list[Path] | None, typer.Option("--rules", help="Extra rules YAML, repeatable: overrides or extends the "
                                            "bundled rules by workload and rule id (see docs/rules.md).")
     ] = None,
     show_excluded: Annotated[bool, typer.Option("--show-excluded", help="List excluded GPUs and why.")] = False,
@@ -110,71 +110,26 @@ def recommend_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Rank GPUs for a workload, with the reasons for each score."""
-    from gpusizer.ranking.rules import load_rules
-    from gpusizer.ranking.search import (
-        RecommendRequest,
-        candidates_from_catalog,
-        candidates_from_probe,
-        recommend,
-        reference_shape,
-    )
+    from gpusizer import api
 
-    cache = cli._cache_dir()
-    ruleset = load_rules([str(p) for p in rules or ()], cache_dir=cache)
-    wl = ruleset.workload(workload)
-    shape = None
-    if any(v is not None for v in (params, model, hf_config)):
-        shape = cli._model_shape(params, model, hf_config)
-    elif batch is not None:
-        raise UsageError("--batch needs --model, --params or --hf-config", hint="e.g. --model resnet50 --batch 64")
-    req = RecommendRequest(
-        workload=workload, precision=precision.value if precision else None, shape=shape, batch=batch,
-        seq_len=seq_len, image_size=image_size, flash_attention=flash_attention, optimizer=optimizer.value,
-        strategy=strategy.value, gpus_per_node=gpus, nodes=nodes, interconnect=interconnect, budget_usd=budget, max_power_w=max_power,
-        require=_split(require), segments=_split(segment), top=top, sort=sort.value,
+    result = api.recommend(
+        workload, model=model, params=params, hf_config=hf_config, precision=precision.value if precision else None,
+        batch=batch, seq_len=seq_len, image_size=image_size, flash_attention=flash_attention,
+        optimizer=optimizer.value, strategy=strategy.value, gpus=gpus, nodes=nodes, interconnect=interconnect,
+        budget=budget, max_power=max_power, require=_split(require), segments=_split(segment), top=top,
+        sort=sort.value, rules=[str(p) for p in rules or ()], probe=cli._local_report(catalog) if local else None,
+        catalog=cli._load_catalog(catalog), cache_dir=cli._cache_dir(),
     )
-    notes: list[str] = []
-    cat = cli._load_catalog(catalog)
-    if local:
-        candidates, local_notes = candidates_from_probe(cli._local_report(catalog))
-        notes += list(local_notes)
-        if not candidates:
-            raise NothingFitsError("none of this machine's GPUs is in the catalog, so none can be ranked",
-                                   hint="run 'gpusizer probe --emit-catalog' and pass the result with --catalog")
-    else:
-        candidates = candidates_from_catalog(cat.gpus)
-    reference = None
-    if shape is None and wl.speed.model is not None:
-        from gpusizer.models.zoo import load_zoo
-
-        try:
-            reference = reference_shape(wl, load_zoo(cache_dir=cache))
-        except UsageError as exc:
-            raise DataFileError(
-                f"rules: workload '{wl.name}': speed.model: {exc.message}", hint="name a model from 'gpusizer models'"
-            ) from None
-    rec = recommend(candidates, ruleset, req, reference=reference, pool=cat.gpus)
-    notes += list(rec.notes)
     if json_out:
-        from gpusizer.render.common import emit_json, envelope
-        from gpusizer.render.recommend import recommend_json
+        from gpusizer.render.common import emit_json
 
-        inputs = {
-            "workload": workload, "precision": rec.precision, "model": shape.name if shape else None,
-            "params": shape.params if shape else None, "batch": batch, "seq_len": seq_len, "image_size": image_size,
-            "flash_attention": flash_attention,
-            "optimizer": optimizer.value, "strategy": strategy.value, "gpus_per_node": gpus, "nodes": nodes,
-            "interconnect": interconnect, "budget_usd": budget, "max_power_w": max_power, "require": list(req.require),
-            "segments": list(req.segments), "top": top, "sort": sort.value, "local": local,
-            "rules_files": list(ruleset.files), "catalog_files": list(cat.files),
-        }
-        emit_json(envelope("recommend", inputs, recommend_json(rec), notes))
+        emit_json(result.document())
     else:
         from gpusizer.render.recommend import recommend_renderables
 
-        cli._warn(ctx, notes)
+        cli._warn(ctx, result.notes)
         console = cli._console(ctx)
-        for part in recommend_renderables(rec, show_excluded=show_excluded, rules_files=ruleset.files):
+        for part in recommend_renderables(result.results, show_excluded=show_excluded, rules_files=result.rules_files):
             console.print(part)
-    if not rec.ranked:
+    if not result.fits:
         raise typer.Exit(int(ExitCode.NOTHING_FITS))

@@ -28,7 +28,7 @@ def guarded(func: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return func(*args, **kwargs)
         except GpusizerError as exc:
-            _print_error(exc.message, exc.hint)
+            _print_error(describe(exc), exc.hint)
             raise typer.Exit(int(exc.exit_code)) from None
         except (typer.Exit, typer.Abort, KeyboardInterrupt):
             raise
@@ -40,13 +40,38 @@ def guarded(func: Callable[..., Any]) -> Callable[..., Any]:
             except (OSError, ValueError):
                 pass
             raise typer.Exit(0) from None
-        except Exception as exc:  # noqa: BLE001 - the one place that catches everything
+        except Exception as exc:
             if _STATE["debug"] or type(exc).__module__.startswith("typer"):
                 raise
             _print_error(f"internal error: {type(exc).__name__}: {exc}", "rerun with --debug for the traceback")
             raise typer.Exit(int(ExitCode.INTERNAL)) from None
 
     return wrapper
+
+
+#: Engine fields whose option is not ``--`` + the field's name with dashes.
+FIELD_OPTIONS: dict[str, str] = {
+    "budget_usd": "--budget",
+    "max_power_w": "--max-power",
+    "gpus_per_node": "--gpus",
+    "segments": "--segment",
+    "require": "--require",
+    "price_per_gpu_hour": "--price-per-hour",
+    "context_bytes": "--overhead",
+    "persistent_grads": "--grad-accumulation",
+}
+
+
+def option_for(field: str) -> str:
+    """The command-line option of an engine field, e.g. ``grad_accumulation`` -> ``--grad-accumulation``."""
+    return FIELD_OPTIONS.get(field, "--" + field.replace("_", "-"))
+
+
+def describe(exc: GpusizerError) -> str:
+    """An engine error in command-line words: the option it is about, then the message."""
+    if exc.field is None:
+        return exc.message
+    return f"{option_for(exc.field)}: {exc.message}"
 
 
 def _print_error(message: str, hint: str | None) -> None:

@@ -9,7 +9,7 @@ to its options.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -20,6 +20,7 @@ from gpusizer.domain.precision import (
     Storage,
     StoragePrecision,
     check_mode,
+    default_precision,
     precision_spec,
     storage_spec,
 )
@@ -63,6 +64,14 @@ class RunConfig(BaseModel):
     #: fixed overhead in bytes (CUDA context); None = default
     context_bytes: int | None = Field(default=None, ge=0)
     fragmentation: float = Field(default=DEFAULT_FRAGMENTATION, ge=0, le=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_precision(cls, data: Any) -> Any:
+        """No precision given: the mode's default (AMP to train, fp16 to serve)."""
+        if isinstance(data, dict) and data.get("precision") is None:
+            return {**data, "precision": default_precision(data.get("mode") or "train")}
+        return data
 
     @model_validator(mode="after")
     def _check(self) -> RunConfig:

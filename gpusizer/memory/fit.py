@@ -183,13 +183,13 @@ def _verdict(results: Sequence[GpuFit], cfg: RunConfig, breakdown: MemoryBreakdo
         )
     ideas = []
     if cfg.strategy in ("ddp", "zero1", "zero2"):
-        ideas.append("--strategy zero3, fsdp or tp with more --gpus")
+        ideas.append("sharding with ZeRO-3, FSDP or tensor parallelism over more GPUs")
     else:
-        ideas.append("more --gpus")
+        ideas.append("more GPUs")
     if cfg.precision in ("fp32", "mixed"):
-        ideas.append("--precision bf16" + (" or int8/int4" if cfg.mode == "inference" else ""))
+        ideas.append("bf16 precision" + (" or int8/int4 quantisation" if cfg.mode == "inference" else ""))
     if cfg.mode == "train" and not cfg.checkpointing:
-        ideas.append("--checkpointing")
+        ideas.append("activation checkpointing")
     if cfg.batch > 1:
         ideas.append("a smaller --batch")
     return f"needs {need} {per}".rstrip() + f"; fits on no GPU as configured (try {', '.join(ideas)})"

@@ -37,7 +37,7 @@ def _intra_link(gpu: Gpu, gpus: int, links: Interconnects, requested: Interconne
     if requested is not None and requested.scope == "intra":
         if requested.kind == "nvlink":
             if not gpu.nvlink:
-                raise UsageError(f"{gpu.id} has no NVLink", hint="use --interconnect pcie")
+                raise UsageError(f"{gpu.id} has no NVLink", hint="connect its GPUs over PCIe", field="interconnect")
             return requested, (gpu.nvlink_gb_s or 2 * requested.bandwidth_gb_s) / 2, "nvlink"
         return requested, requested.bandwidth_gb_s, "pcie"
     # NVLink bridges on PCIe cards join pairs; a ring over more than two needs PCIe hops
@@ -55,7 +55,7 @@ def resolve_interconnect(key: str | None, links: Interconnects, gpu: Gpu) -> Int
     k = key.strip().lower()
     if k in ("nvlink", "nvswitch"):
         if not gpu.nvlink:
-            raise UsageError(f"{gpu.id} has no NVLink", hint="use --interconnect pcie")
+            raise UsageError(f"{gpu.id} has no NVLink", hint="connect its GPUs over PCIe", field="interconnect")
         return links.nvlink(gpu.nvlink_generation)
     if k == "pcie":
         return links.pcie(gpu.pcie_generation)
@@ -74,7 +74,7 @@ def collective_link(
     intra_eff = intra_bw * intra.efficiency
     if nodes <= 1:
         if requested is not None and requested.scope == "inter":
-            notes.append(f"--interconnect {requested.id} is a network; inside one node GPUs talk over {intra.name}")
+            notes.append(f"interconnect {requested.id} is a network; inside one node GPUs talk over {intra.name}")
         return Link(
             label=intra.name, bandwidth_gb_s=intra_eff, intra_latency_us=intra.latency_us,
             inter_latency_us=intra.latency_us, base_latency_us=links.collective_base_latency_us,
@@ -83,7 +83,7 @@ def collective_link(
     net = requested if (requested is not None and requested.scope == "inter") else None
     if net is None:
         net = links.get("ib-hdr")
-        notes.append("no network given for a multi-node run: assuming InfiniBand HDR (--interconnect to change)")
+        notes.append("no network given for a multi-node run: assuming InfiniBand HDR (name an interconnect to change it)")
     nics = max(1, min(nics_per_node or 1, gpus_per_node))
     if net.rdma and gpu.gpudirect_rdma:
         per_nic, latency, transport = net.bandwidth_gb_s * net.efficiency, net.latency_us, "rdma"

@@ -221,8 +221,8 @@ def _step(
     per_layer_us = eff.graph_layer_overhead_us if cuda_graphs else eff.layer_overhead_us
     overhead_s = work.layers * per_layer_us * 1e-6 * clock
     if overhead_s > 0:
-        how = ("replayed as one CUDA graph (gpusizer estimate --no-cuda-graphs: kernels launched one by one)"
-               if cuda_graphs else "launched kernel by kernel (gpusizer estimate --cuda-graphs: one CUDA graph)")
+        how = ("replayed as one CUDA graph (without CUDA graphs, kernels are launched one by one)"
+               if cuda_graphs else "launched kernel by kernel (with CUDA graphs, one graph per step)")
         notes = (*notes, f"fixed overhead {per_layer_us * clock:.0f} us per layer and step, each step {how}")
     act_mem_s = work.activation_bytes / byte_rate
     opt_mem_s = work.optimizer_bytes / byte_rate / work.grad_accumulation

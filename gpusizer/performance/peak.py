@@ -35,7 +35,7 @@ def _tf32(gpu: Gpu, spec: Precision, tf32: bool) -> Peak | None:
         return None
     note = (f"fp32 on {gpu.architecture.capitalize()} runs as TF32 on Tensor Cores, as cuDNN convolutions, "
             "TensorFlow and NGC containers do by default (plain PyTorch >= 1.12 keeps matmuls in FP32 unless "
-            "torch.backends.cuda.matmul.allow_tf32 = True); --no-tf32 models strict FP32")
+            "torch.backends.cuda.matmul.allow_tf32 = True); turn TF32 off to model strict FP32")
     return rate, "tf32 Tensor Core", (note,)
 
 

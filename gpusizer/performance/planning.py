@@ -66,7 +66,7 @@ def default_batch(
     if largest is None:
         raise NothingFitsError(
             f"{shape.name} does not fit at batch 1 ({cfg.mode}, {prec}, {cfg.strategy} on {mem_cfg.gpus} GPU(s))",
-            hint="shard it (--strategy zero3/fsdp/tp with more --gpus), lower the precision, or force --batch",
+            hint="shard it with ZeRO-3, FSDP or tensor parallelism over more GPUs, lower the precision, or give a batch",
         )
     if largest > cap:
         more = "memory allows more" if largest >= MAX_BATCH else f"largest that fits is {largest}"
@@ -144,7 +144,7 @@ def time_to_train(
 ) -> TrainingTime:
     """Wall time (and cost, given a price per GPU-hour) for ``samples`` or ``tokens``."""
     if (samples is None) == (tokens is None):
-        raise UsageError("give either a number of samples (--epochs with --dataset-size) or --tokens")
+        raise UsageError("give either a number of samples (epochs of a dataset size) or a token count", field="tokens")
     if tokens is not None:
         if est.throughput_unit == "tokens/s":
             seconds, amount, unit = tokens / est.throughput_per_s, tokens, "tokens"
@@ -152,11 +152,11 @@ def time_to_train(
             seconds = tokens / (est.throughput_per_s * est.tokens_per_sample)
             amount, unit = tokens, "tokens"
         else:
-            raise UsageError("--tokens needs a sequence model", hint="use --epochs with --dataset-size")
+            raise UsageError("a token count needs a sequence model", hint="give epochs of a dataset size instead", field="tokens")
     else:
         assert samples is not None
         if est.throughput_unit == "tokens/s" and est.tokens_per_sample is None and est.samples_per_step:
-            raise UsageError("this model's speed is in tokens/s", hint="use --tokens instead of --dataset-size")
+            raise UsageError("this model's speed is in tokens/s", hint="give a token count instead of a dataset size", field="dataset_size")
         seconds, amount, unit = samples / est.throughput_per_s, samples, "samples"
     hours = seconds / 3600
     gpu_hours = hours * est.gpus_total

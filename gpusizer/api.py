@@ -1,0 +1,520 @@
+"""The public Python API: the four questions as functions that return typed results.
+
+Every function here returns what the matching command prints under ``--json``:
+``result.document()`` is that JSON document, key for key, and the command line
+is a thin layer that calls these functions and renders their results. A
+notebook or a sweep calls them in one process instead of paying start-up for
+each configuration (``benchmarks/api_sweep.py`` measures the difference).
+
+>>> import gpusizer
+>>> fit = gpusizer.fit_model("resnet50", gpu="V100 16GB", batch=64)
+>>> fit.results.fits_on
+('v100-sxm2-16gb',)
+>>> round(fit.results.breakdown.total_bytes / 2**30, 1)
+3.6
+>>> est = gpusizer.estimate("resnet50", gpu="A100 80GB SXM4", batch=256)
+>>> est.results.throughput_unit
+'images/s'
+>>> est.document()["results"]["throughput_per_s"] == est.results.throughput_per_s
+True
+
+Errors are :class:`gpusizer.errors.GpusizerError` subclasses in domain words,
+each with the exit code the CLI uses.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from gpusizer.domain.parallelism import sharded_gpus
+from gpusizer.domain.precision import default_precision, storage_precision
+from gpusizer.domain.run import RunConfig, make_run_config
+from gpusizer.domain.shape import ModelShape, shape_from_model, shape_from_params
+from gpusizer.errors import DataFileError, NothingFitsError, UsageError
+from gpusizer.hardware.catalog import Catalog, Gpu
+from gpusizer.hardware.probe import ProbeReport
+from gpusizer.memory.estimate import MemoryBreakdown, estimate_memory
+from gpusizer.memory.fit import FitReport, GpuFit, capacities_from_catalog, capacities_from_probe, fit_rule_of_thumb
+from gpusizer.memory.fit import fit_model as _fit
+from gpusizer.performance.estimate import PerfEstimate, estimate_performance
+from gpusizer.performance.planning import (
+    ScalingPoint,
+    TrainingTime,
+    default_batch,
+    scaling_counts,
+    scaling_curve,
+    time_to_train,
+)
+from gpusizer.ranking.search import Recommendation
+from gpusizer.units import parse_count
+
+#: The JSON schema's version; a change that breaks readers bumps it.
+SCHEMA_VERSION = 1
+_FROZEN = ConfigDict(frozen=True, extra="forbid")
+
+
+class Result(BaseModel):
+    """The envelope every answer comes in: what was asked, the results, and notes."""
+
+    model_config = _FROZEN
+
+    schema_version: int = SCHEMA_VERSION
+    command: str
+    #: the resolved inputs: every default that was applied, as used
+    input: dict[str, Any]
+    results: Any
+    notes: tuple[str, ...] = ()
+
+    def document(self) -> dict[str, Any]:
+        """The JSON document the command prints under ``--json``."""
+        return self.model_dump(mode="json")
+
+
+# --------------------------------------------------------------------------
+# catalog and models
+
+
+def load_catalog(files: Sequence[str | Path] = (), *, cache_dir: Path | None = None) -> Catalog:
+    """The bundled GPU catalog, with ``files`` merged over it (added GPUs, overridden fields).
+
+    >>> cat = load_catalog()
+    >>> cat.resolve("H100 SXM").gpu.memory_gib
+    80.0
+    """
+    from gpusizer.hardware.catalog import load_catalog as _load
+
+    return _load(files, cache_dir=cache_dir)
+
+
+def resolve_model(
+    model: str | ModelShape | None = None, *, params: str | int | None = None, hf_config: str | Path | None = None,
+    cache_dir: Path | None = None,
+) -> ModelShape:
+    """A model shape from exactly one of: a zoo name (or a ModelShape), a parameter
+    count (``60M``, ``7e9`` or an int), or a local Hugging Face ``config.json``."""
+    given = [n for n, v in (("model", model), ("params", params), ("hf_config", hf_config)) if v is not None]
+    if len(given) != 1:
+        raise UsageError(
+            "give exactly one of a model name, a parameter count or a Hugging Face config"
+            + (f" (got {', '.join(given)})" if given else ""),
+            hint="e.g. the zoo's resnet50, 60M parameters, or ./config.json",
+            field=given[-1] if given else "model",
+        )
+    if isinstance(model, ModelShape):
+        return model
+    if params is not None:
+        if isinstance(params, int):
+            return shape_from_params(params)
+        try:
+            return shape_from_params(parse_count(params, what="parameter count"))
+        except ValueError as exc:
+            raise UsageError(str(exc), field="params") from None
+    if model is not None:
+        from gpusizer.models.zoo import load_zoo
+
+        return shape_from_model(load_zoo(cache_dir=cache_dir).resolve(model))
+    from gpusizer.models.hfconfig import model_from_hf_config
+
+    path = Path(str(hf_config))
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise DataFileError(f"{path}: file not found") from None
+    except (OSError, ValueError) as exc:
+        raise DataFileError(f"{path}: not a readable JSON file: {exc}") from None
+    return shape_from_model(model_from_hf_config(doc, str(path)))
+
+
+def _run(run: RunConfig | None, settings: dict[str, Any]) -> RunConfig:
+    """A RunConfig from ``run`` with ``settings`` (RunConfig fields) applied over it."""
+    base = run.model_dump() if run is not None else {}
+    return make_run_config(**{**base, **settings})
+
+
+# --------------------------------------------------------------------------
+# fit-model
+
+
+class FitResults(BaseModel):
+    """``fit-model`` results: where the memory goes and which GPUs hold it."""
+
+    model_config = _FROZEN
+
+    model: str
+    params: int
+    method: Literal["physics", "rule-of-thumb"]
+    breakdown: MemoryBreakdown
+    gpus: tuple[GpuFit, ...]
+    #: ids (or names) of the GPUs it fits on
+    fits_on: tuple[str, ...]
+    verdict: str
+
+
+class FitModelResult(Result):
+    command: Literal["fit-model"] = "fit-model"
+    results: FitResults
+    #: the engine's report, for renderers (not part of the JSON)
+    report: FitReport = Field(exclude=True, repr=False)
+
+    @property
+    def fits(self) -> bool:
+        return bool(self.results.fits_on)
+
+
+def fit_model(
+    model: str | ModelShape | None = None, *, params: str | int | None = None, hf_config: str | Path | None = None,
+    gpu: str | Sequence[str] | None = None, probe: ProbeReport | None = None,
+    method: Literal["physics", "rule-of-thumb"] = "physics", run: RunConfig | None = None,
+    catalog: Catalog | None = None, cache_dir: Path | None = None, **settings: Any,
+) -> FitModelResult:
+    """Training or inference memory of a model, and which GPUs hold it.
+
+    ``gpu`` names the catalog GPUs to check (default: the whole catalog);
+    ``probe`` checks that machine's GPUs and their free memory instead
+    (``gpusizer.hardware.nvml.read_host()`` reads one). ``settings`` are :class:`RunConfig` fields (``batch=8``,
+    ``precision="bf16"``, ``mode="inference"``, ``gpus=4``, ``strategy="fsdp"``);
+    ``run`` is a RunConfig to start from.
+
+    >>> r = fit_model("llama-2-7b", gpu=["RTX 4090", "A100 80GB SXM4"], mode="inference")
+    >>> r.results.fits_on
+    ('rtx-4090', 'a100-sxm4-80gb')
+    >>> r.input["precision"], r.input["batch"]
+    ('fp16', 1)
+    """
+    if method not in ("physics", "rule-of-thumb"):
+        raise UsageError(f"method {method!r} is not physics or rule-of-thumb", field="method")
+    shape = resolve_model(model, params=params, hf_config=hf_config, cache_dir=cache_dir)
+    cfg = _run(run, settings)
+    notes: list[str] = []
+    if probe is not None:
+        if gpu:
+            raise UsageError("check either a machine's GPUs or named catalog GPUs, not both", field="gpu")
+        capacities = capacities_from_probe(probe)
+    else:
+        cat = catalog or load_catalog(cache_dir=cache_dir)
+        if gpu:
+            resolved = cat.resolve_many([gpu] if isinstance(gpu, str) else list(gpu))
+            notes += [r.note for r in resolved if r.note]
+            capacities = capacities_from_catalog([r.gpu for r in resolved])
+        else:
+            capacities = capacities_from_catalog(cat.gpus)
+    runner = fit_rule_of_thumb if method == "rule-of-thumb" else _fit
+    report = runner(shape, cfg, capacities)
+    inputs = {
+        "model": shape.name, "params": shape.params, "method": method, **cfg.model_dump(mode="json"),
+        "gpus_checked": [c.label for c in capacities],
+        "local": probe is not None,
+    }
+    results = FitResults(
+        model=report.model_name, params=report.params, method=report.method, breakdown=report.breakdown,
+        gpus=report.gpus, fits_on=tuple(g.gpu_id or g.gpu_name for g in report.gpus if g.fits),
+        verdict=report.verdict,
+    )
+    return FitModelResult(input=inputs, results=results, notes=(*notes, *report.notes), report=report)
+
+
+# --------------------------------------------------------------------------
+# estimate
+
+
+class MemoryCheck(BaseModel):
+    model_config = _FROZEN
+
+    per_gpu_bytes: int
+    capacity_bytes: int
+    fits: bool
+
+
+class EstimateResults(BaseModel):
+    """``estimate`` results. When not even batch 1 fits, ``fits`` is false, ``reason``
+    and ``hint`` say why, and the speed fields are null."""
+
+    model_config = _FROZEN
+
+    gpu: str
+    gpu_name: str
+    fits: bool = True
+    reason: str | None = None
+    hint: str | None = None
+    throughput_per_s: float | None = None
+    throughput_unit: str | None = None
+    step_time_s: float | None = None
+    compute_s: float | None = None
+    memory_s: float | None = None
+    comm_s: float | None = None
+    comm_exposed_s: float | None = None
+    overhead_s: float | None = None
+    bound: str | None = None
+    per_gpu_throughput_per_s: float | None = None
+    scaling_efficiency: float | None = None
+    speedup_vs_1gpu: float | None = None
+    error_band: float | None = None
+    gpus_total: int | None = None
+    batch_per_gpu: int | None = None
+    batch_source: str
+    memory: MemoryCheck
+    scaling_curve: tuple[ScalingPoint, ...] = ()
+    time_to_train: TrainingTime | None = None
+    cost_usd: float | None = None
+    price_per_gpu_hour_usd: float | None = None
+    cluster_cost_per_hour_usd: float | None = None
+    estimate: PerfEstimate | None = None
+
+
+class EstimateResult(Result):
+    command: Literal["estimate"] = "estimate"
+    results: EstimateResults
+    #: the GPU estimated (its catalog entry), for renderers
+    gpu: Gpu = Field(exclude=True, repr=False)
+
+    @property
+    def fits(self) -> bool:
+        return self.results.fits and self.results.memory.fits
+
+
+class _Work(BaseModel):
+    """How much training an estimate is asked to time: samples or tokens."""
+
+    model_config = _FROZEN
+
+    samples: float | None = None
+    tokens: float | None = None
+
+
+def _training_amount(epochs: float | None, dataset_size: str | int | None, tokens: str | int | None) -> _Work:
+    if (epochs is None) != (dataset_size is None):
+        raise UsageError("epochs and a dataset size go together", hint="e.g. 90 epochs of 1.28M samples",
+                         field="epochs")
+    if tokens is not None and epochs is not None:
+        raise UsageError("give a token count, or epochs with a dataset size, not both", field="tokens")
+    try:
+        size = parse_count(str(dataset_size), what="dataset size") if dataset_size is not None else None
+        count = float(parse_count(str(tokens), what="token count")) if tokens is not None else None
+    except ValueError as exc:
+        raise UsageError(str(exc), field="tokens" if tokens is not None else "dataset_size") from None
+    if epochs is not None and epochs <= 0:
+        raise UsageError("the number of epochs must be positive", field="epochs")
+    return _Work(samples=epochs * size if epochs is not None and size is not None else None, tokens=count)
+
+
+def estimate(
+    model: str | ModelShape | None = None, *, gpu: str, params: str | int | None = None,
+    hf_config: str | Path | None = None, gpus: int = 1, nodes: int = 1, interconnect: str | None = None,
+    nics_per_node: int | None = None, precision: str | None = None, tf32: bool = True, phase: str | None = None,
+    cuda_graphs: bool = True, grad_accumulation: int = 1, epochs: float | None = None,
+    dataset_size: str | int | None = None, tokens: str | int | None = None, price_per_hour: float | None = None,
+    run: RunConfig | None = None, catalog: Catalog | None = None, cache_dir: Path | None = None, **settings: Any,
+) -> EstimateResult:
+    """Throughput, step-time breakdown, scaling, time-to-train and cost of a run.
+
+    ``gpus`` is GPUs per node. ``precision`` is the math precision (tf32 and
+    fp8 included); the memory model counts its storage precision.
+    ``settings`` are :class:`RunConfig` fields (``batch``, ``seq_len``,
+    ``mode``, ``strategy``, ...). Without ``batch`` the largest that fits is
+    used, capped at a typical size. Cost needs ``price_per_hour`` (USD per GPU-hour).
+
+    >>> r = estimate("resnet50", gpu="V100 SXM2 16GB", gpus=8, batch=256)
+    >>> r.results.gpus_total, r.results.throughput_unit
+    (8, 'images/s')
+    >>> 0.5 < r.results.scaling_efficiency <= 1
+    True
+    """
+    mode = settings.get("mode", run.mode if run is not None else "train")
+    if phase is not None and mode == "train":
+        raise UsageError("a phase (decode or prefill) is for inference", hint="run inference", field="phase")
+    amount = _training_amount(epochs, dataset_size, tokens)
+    shape = resolve_model(model, params=params, hf_config=hf_config, cache_dir=cache_dir)
+    cat = catalog or load_catalog(cache_dir=cache_dir)
+    res = cat.resolve(gpu)
+    g = res.gpu
+    notes: list[str] = [res.note] if res.note else []
+    prec = precision or default_precision(mode)
+    mem_prec = storage_precision(prec, mode)
+    given_batch = settings.get("batch", run.batch if run is not None and "batch" in run.model_fields_set else None)
+    cfg = _run(run, {**settings, "mode": mode, "precision": mem_prec, "batch": given_batch or 1,
+                     "persistent_grads": grad_accumulation > 1, "gpus": gpus})
+    inputs = {
+        "model": shape.name, "params": shape.params, "gpu": gpu, "resolved_id": g.id, "gpus": gpus, "nodes": nodes,
+        "interconnect": interconnect, "nics_per_node": nics_per_node, "precision": prec,
+        "memory_precision": mem_prec, "tf32": tf32, "batch": cfg.batch, "seq_len": cfg.seq_len,
+        "image_size": cfg.image_size, "mode": mode, "phase": phase, "optimizer": cfg.optimizer,
+        "strategy": cfg.strategy, "grad_accumulation": grad_accumulation, "cuda_graphs": cuda_graphs,
+        "epochs": epochs, "dataset_size": dataset_size, "tokens": tokens, "price_per_hour": price_per_hour,
+        "catalog_files": list(cat.files),
+    }
+    mem_cfg = cfg.model_copy(update={"gpus": sharded_gpus(cfg.strategy, gpus, nodes)})
+    if given_batch is None:
+        try:
+            choice = default_batch(shape, cfg, g.memory_bytes, precision=prec, phase=phase, nodes=nodes)
+        except NothingFitsError as exc:
+            one = estimate_memory(shape, mem_cfg)
+            memory = MemoryCheck(per_gpu_bytes=one.total_bytes, capacity_bytes=g.memory_bytes, fits=False)
+            why = exc.message + (f"; {exc.hint}" if exc.hint else "")
+            results = EstimateResults(
+                gpu=g.id, gpu_name=g.name, fits=False, reason=exc.message, hint=exc.hint, memory=memory,
+                batch_source="nothing fits: batch 1 exceeds the GPU's memory",
+            )
+            return EstimateResult(input={**inputs, "batch": None}, results=results,
+                                  notes=tuple(dict.fromkeys([*notes, why])), gpu=g)
+        cfg = cfg.model_copy(update={"batch": choice.batch})
+        mem_cfg = mem_cfg.model_copy(update={"batch": choice.batch})
+        batch_note = choice.reason
+        inputs["batch"] = choice.batch
+    else:
+        batch_note = "given"
+    return _estimate_run(shape, cfg, mem_cfg, g, inputs, notes, batch_note, amount, prec, phase, nodes, interconnect,
+                         nics_per_node, tf32, grad_accumulation, cuda_graphs, price_per_hour)
+
+
+def _estimate_run(
+    shape: ModelShape, cfg: RunConfig, mem_cfg: RunConfig, g: Gpu, inputs: dict[str, Any], notes: list[str],
+    batch_note: str, amount: _Work, prec: str, phase: str | None, nodes: int, interconnect: str | None,
+    nics_per_node: int | None, tf32: bool, grad_accumulation: int, cuda_graphs: bool, price_per_hour: float | None,
+) -> EstimateResult:
+    mem = estimate_memory(shape, mem_cfg)
+    fits = mem.total_bytes <= g.memory_bytes
+    if not fits:
+        notes.append(f"does not fit: {mem.total_bytes / 2**30:.1f} GiB per GPU needed, {g.memory_gib:g} GiB on "
+                     f"{g.id} (gpusizer fit-model shows the breakdown); the speed below is hypothetical")
+    kwargs: dict[str, Any] = dict(
+        interconnect=interconnect, tf32=tf32, compute_precision=prec, phase=phase, nics_per_node=nics_per_node,
+        grad_accumulation=grad_accumulation, cuda_graphs=cuda_graphs,
+    )
+    est = estimate_performance(g, shape, cfg, nodes=nodes, **kwargs)
+    notes += list(est.notes)
+    curve = scaling_curve(g, shape, cfg, scaling_counts(cfg.gpus, nodes), **kwargs)
+    training = None
+    if amount.samples is not None or amount.tokens is not None:
+        training = time_to_train(est, samples=amount.samples, tokens=amount.tokens,
+                                 price_per_gpu_hour=price_per_hour)
+    if price_per_hour is None:
+        notes.append("cost unknown: give a price per GPU-hour in USD; catalog launch prices are purchase "
+                     "prices, not hourly ones")
+    speed = {key: getattr(est, key) for key in (
+        "throughput_per_s", "throughput_unit", "step_time_s", "compute_s", "memory_s", "comm_s", "comm_exposed_s",
+        "overhead_s", "bound", "per_gpu_throughput_per_s", "scaling_efficiency", "speedup_vs_1gpu", "error_band",
+        "gpus_total")}
+    results = EstimateResults(
+        gpu=g.id, gpu_name=g.name, **speed, batch_per_gpu=cfg.batch, batch_source=batch_note,
+        memory=MemoryCheck(per_gpu_bytes=mem.total_bytes, capacity_bytes=g.memory_bytes, fits=fits),
+        scaling_curve=tuple(curve), time_to_train=training,
+        cost_usd=training.cost_usd if training is not None else None,
+        price_per_gpu_hour_usd=price_per_hour,
+        cluster_cost_per_hour_usd=price_per_hour * est.gpus_total if price_per_hour is not None else None,
+        estimate=est,
+    )
+    return EstimateResult(input=inputs, results=results, notes=tuple(dict.fromkeys(notes)), gpu=g)
+
+
+# --------------------------------------------------------------------------
+# recommend
+
+
+class RecommendResult(Result):
+    command: Literal["recommend"] = "recommend"
+    results: Recommendation
+    #: the rules files that were merged, for renderers
+    rules_files: tuple[str, ...] = Field(default=(), exclude=True, repr=False)
+
+    @property
+    def fits(self) -> bool:
+        return bool(self.results.ranked)
+
+
+def recommend(
+    workload: str, *, model: str | ModelShape | None = None, params: str | int | None = None,
+    hf_config: str | Path | None = None, precision: str | None = None, batch: int | None = None,
+    seq_len: int | None = None, image_size: int | None = None, flash_attention: bool = False,
+    optimizer: str = "adamw", strategy: str = "ddp", gpus: int = 1, nodes: int = 1, interconnect: str | None = None,
+    budget: float | None = None, max_power: float | None = None, require: Sequence[str] = (),
+    segments: Sequence[str] = (), top: int = 10, sort: str = "score", rules: Sequence[str | Path] = (),
+    probe: ProbeReport | None = None, catalog: Catalog | None = None, cache_dir: Path | None = None,
+) -> RecommendResult:
+    """Rank GPUs for a workload (``cnn``, ``llm-train``, ``hpc``, ... or one from ``rules``),
+    with every rule's contribution to each score.
+
+    ``budget`` is total US dollars and ``max_power`` total watts for ``gpus`` x
+    ``nodes`` GPUs; ``require`` names hard requirements (ecc, rdma, nvlink,
+    fp64). A model (by name, parameter count or HF config) adds the memory fit
+    and the performance model's speed. ``probe`` ranks that machine's GPUs
+    (``gpusizer.hardware.nvml.read_host()`` reads one) instead of the catalog.
+
+    >>> r = recommend("hpc", require=["ecc"], top=3)
+    >>> len(r.results.ranked)
+    3
+    >>> cat = load_catalog()
+    >>> all(cat.resolve(g.gpu_id).gpu.ecc for g in r.results.ranked)
+    True
+    """
+    from gpusizer.ranking.rules import load_rules
+    from gpusizer.ranking.search import (
+        RecommendRequest,
+        candidates_from_catalog,
+        candidates_from_probe,
+        reference_shape,
+    )
+    from gpusizer.ranking.search import recommend as _recommend
+
+    ruleset = load_rules([str(p) for p in rules], cache_dir=cache_dir)
+    wl = ruleset.workload(workload)
+    shape = None
+    if any(v is not None for v in (params, model, hf_config)):
+        shape = resolve_model(model, params=params, hf_config=hf_config, cache_dir=cache_dir)
+    elif batch is not None:
+        raise UsageError("a batch needs a model (by name, parameter count or HF config)", field="batch")
+    req = RecommendRequest(
+        workload=workload, precision=precision, shape=shape, batch=batch, seq_len=seq_len, image_size=image_size,
+        flash_attention=flash_attention, optimizer=optimizer, strategy=strategy, gpus_per_node=gpus, nodes=nodes,
+        interconnect=interconnect, budget_usd=budget, max_power_w=max_power, require=tuple(require),
+        segments=tuple(segments), top=top, sort=sort,
+    )
+    notes: list[str] = []
+    cat = catalog or load_catalog(cache_dir=cache_dir)
+    if probe is not None:
+        candidates, local_notes = candidates_from_probe(probe)
+        notes += list(local_notes)
+        if not candidates:
+            raise NothingFitsError("none of this machine's GPUs is in the catalog, so none can be ranked",
+                                   hint="write catalog entries for them (gpusizer probe --emit-catalog) and add them")
+    else:
+        candidates = candidates_from_catalog(cat.gpus)
+    reference = None
+    if shape is None and wl.speed.model is not None:
+        from gpusizer.models.zoo import load_zoo
+
+        try:
+            reference = reference_shape(wl, load_zoo(cache_dir=cache_dir))
+        except UsageError as exc:
+            raise DataFileError(f"rules: workload '{wl.name}': speed.model: {exc.message}",
+                                hint="name a model from the zoo") from None
+    rec = _recommend(candidates, ruleset, req, reference=reference, pool=cat.gpus)
+    inputs = {
+        "workload": workload, "precision": rec.precision, "model": shape.name if shape else None,
+        "params": shape.params if shape else None, "batch": batch, "seq_len": seq_len, "image_size": image_size,
+        "flash_attention": flash_attention, "optimizer": optimizer, "strategy": strategy, "gpus_per_node": gpus,
+        "nodes": nodes, "interconnect": interconnect, "budget_usd": budget, "max_power_w": max_power,
+        "require": list(req.require), "segments": list(req.segments), "top": top, "sort": sort,
+        "local": probe is not None, "rules_files": list(ruleset.files), "catalog_files": list(cat.files),
+    }
+    return RecommendResult(input=inputs, results=rec, notes=(*notes, *rec.notes), rules_files=ruleset.files)
+
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "EstimateResult",
+    "EstimateResults",
+    "FitModelResult",
+    "FitResults",
+    "Result",
+    "estimate",
+    "fit_model",
+    "RecommendResult",
+    "load_catalog",
+    "recommend",
+    "resolve_model",
+]
