@@ -34,7 +34,7 @@ The engine is pure: no printing, no environment reads. Memory figures
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict
 
@@ -47,6 +47,7 @@ from gpusizer.errors import UsageError
 from gpusizer.hardware.catalog import Gpu
 from gpusizer.performance.calibration import (
     Calibration,
+    Efficiency,
     Interconnects,
     load_calibration,
     load_interconnects,
@@ -162,11 +163,25 @@ def sm_count(gpu: Gpu) -> int | None:
     return None
 
 
+class StepTime(NamedTuple):
+    """One GPU's step before communication."""
+
+    compute_s: float
+    memory_s: float
+    overhead_s: float
+    #: the step without communication
+    step_s: float
+    peak_tflops: float
+    peak_label: str
+    notes: tuple[str, ...]
+    efficiency: Efficiency
+
+
 def _step(
     work: Work, gpu: Gpu, precision: str, tf32: bool, cal: Calibration, cuda_graphs: bool = True,
     attention_kernels: AttentionKernels = "current",
-) -> tuple[float, float, float, float, float, str, tuple[str, ...], Any]:
-    """(compute_s, memory_s, overhead_s, step_s without comm, peak, label, notes, efficiency)."""
+) -> StepTime:
+    """The compute, memory and fixed-overhead time of one step on one GPU."""
     peak, label, notes = peak_tflops(gpu, precision, tf32=tf32)
     if work.gemv and gpu.fp32_tflops < peak:
         # matrix-vector kernels (llama.cpp mul_mat_vec_q / dequantize_mul_mat_vec, the GEMV
@@ -227,7 +242,79 @@ def _step(
     act_mem_s = work.activation_bytes / byte_rate
     opt_mem_s = work.optimizer_bytes / byte_rate / work.grad_accumulation
     step = roofline(compute_s, matmul_mem_s + act_mem_s, cal.roofline_exponent) + opt_mem_s + overhead_s
-    return compute_s, matmul_mem_s + act_mem_s + opt_mem_s, overhead_s, step, peak, label, notes, eff
+    return StepTime(compute_s, matmul_mem_s + act_mem_s + opt_mem_s, overhead_s, step, peak, label, notes, eff)
+
+
+class _Layout(BaseModel):
+    """Where a run's GPUs sit and how they are linked."""
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+
+    gpu: Gpu
+    gpus_per_node: int
+    nodes: int
+    interconnect: str | None
+    nics_per_node: int | None
+    par: Parallelism
+
+
+class _Comm(BaseModel):
+    """Communication of one step: its time, the part the step waits for, and the link."""
+
+    model_config = ConfigDict(frozen=True)
+
+    comm_s: float = 0.0
+    exposed_s: float = 0.0
+    bytes: float = 0.0
+    link_label: str | None = None
+    link_gb_s: float | None = None
+    transport: Literal["none", "nvlink", "pcie", "rdma", "tcp"] = "none"
+    notes: tuple[str, ...] = ()
+
+
+def _data_parallel(
+    comm: _Comm, work: Work, base_step: float, at: _Layout, links: Interconnects, grad_accumulation: int,
+) -> _Comm:
+    """The data-parallel gradient all-reduce; with tp, each rank's shard across nodes."""
+    par = at.par
+    link = collective_link(at.gpu, at.gpus_per_node, at.nodes, at.interconnect, nics_per_node=at.nics_per_node,
+                           links=links)
+    ring_gpn = 1 if par.tp > 1 else at.gpus_per_node
+    # ZeRO-3/FSDP gather the weights forward and backward and reduce-scatter the
+    # gradients: 3 x (N-1)/N x S against the all-reduce's 2 x (N-1)/N x S
+    volume = 1.5 if par.gathers_layers else 1.0
+    size = work.gradient_bytes * volume
+    calls = max(1, math.ceil(size / DDP_BUCKET_BYTES))
+    t_ar = allreduce_time_s(size, ring_gpn, at.nodes, link, calls=calls)
+    # DDP overlaps all-reduce with backward (Li et al., "PyTorch Distributed", VLDB 2020),
+    # and backward is 2/3 of the step: twice the forward FLOPs (the 6N-per-token count
+    # of Kaplan et al. 2020, 2N forward + 4N backward). ZeRO-3/FSDP prefetch parameters
+    # during forward too. The last bucket never overlaps.
+    # With gradient accumulation it runs once per grad_accumulation micro-batches.
+    window = base_step if par.gathers_layers else base_step * 2.0 / 3.0
+    tail = t_ar * min(1.0, DDP_BUCKET_BYTES / size) if size > 0 else 0.0
+    return comm.model_copy(update={
+        "comm_s": comm.comm_s + t_ar / grad_accumulation,
+        "exposed_s": comm.exposed_s + max(tail, t_ar - window) / grad_accumulation,
+        "bytes": comm.bytes + 2.0 * (par.dp - 1) / par.dp * size,
+        "link_label": link.label, "link_gb_s": link.bandwidth_gb_s, "transport": link.transport,
+        "notes": (*comm.notes, *link.notes),
+    })
+
+
+def _tensor_parallel(comm: _Comm, work: Work, at: _Layout, links: Interconnects) -> _Comm:
+    """Megatron-style: two activation all-reduces per layer and pass, on the critical path."""
+    tp = at.par.tp
+    link = collective_link(at.gpu, at.gpus_per_node, 1, at.interconnect if at.nodes == 1 else None, links=links)
+    t_tp = allreduce_time_s(work.tp_allreduce_bytes, at.gpus_per_node, 1, link) * work.tp_allreduces
+    update: dict[str, Any] = {
+        "comm_s": comm.comm_s + t_tp, "exposed_s": comm.exposed_s + t_tp,
+        "bytes": comm.bytes + 2.0 * (tp - 1) / tp * work.tp_allreduce_bytes * work.tp_allreduces,
+        "notes": (*comm.notes, *link.notes),
+    }
+    if comm.link_label is None:
+        update.update(link_label=link.label, link_gb_s=link.bandwidth_gb_s, transport=link.transport)
+    return comm.model_copy(update=update)
 
 
 def estimate_performance(
@@ -274,103 +361,68 @@ def estimate_performance(
     par = Parallelism.of_cluster(cfg.strategy, cfg.gpus, nodes)
     n_total = cfg.gpus * nodes
     tp = par.tp
-    replicas = n_total // tp
-    dp = replicas if cfg.mode == "train" else 1
 
     work = model_work(shape, cfg, precision, phase=phase, tp=tp, dp=n_total if tp == 1 else 1,
                       grad_accumulation=grad_accumulation)
-    compute_s, memory_s, overhead_s, base_step, peak, label, peak_notes, eff = _step(
-        work, gpu, precision, tf32, cal, cuda_graphs, attention_kernels)
-    notes: list[str] = [*peak_notes, *work.notes]
-
-    comm_s = 0.0
-    exposed = 0.0
-    comm_bytes = 0.0
-    link_label: str | None = None
-    link_bw: float | None = None
-    transport = "none"
-    step = base_step
-    if cfg.mode == "train" and dp > 1:
-        # data-parallel gradient all-reduce; with tp, each rank's shard across nodes
-        link = collective_link(gpu, cfg.gpus, nodes, interconnect, nics_per_node=nics_per_node, links=links)
-        ring_gpn = 1 if tp > 1 else cfg.gpus
-        # ZeRO-3/FSDP gather the weights forward and backward and reduce-scatter the
-        # gradients: 3 x (N-1)/N x S against the all-reduce's 2 x (N-1)/N x S
-        volume = 1.5 if par.gathers_layers else 1.0
-        size = work.gradient_bytes * volume
-        calls = max(1, math.ceil(size / DDP_BUCKET_BYTES))
-        t_ar = allreduce_time_s(size, ring_gpn, nodes, link, calls=calls)
-        # DDP overlaps all-reduce with backward (Li et al., "PyTorch Distributed", VLDB 2020),
-        # and backward is 2/3 of the step: twice the forward FLOPs (the 6N-per-token count
-        # of Kaplan et al. 2020, 2N forward + 4N backward). ZeRO-3/FSDP prefetch parameters
-        # during forward too. The last bucket never overlaps.
-        # With gradient accumulation it runs once per grad_accumulation micro-batches.
-        window = base_step if par.gathers_layers else base_step * 2.0 / 3.0
-        tail = t_ar * min(1.0, DDP_BUCKET_BYTES / size) if size > 0 else 0.0
-        comm_s += t_ar / grad_accumulation
-        exposed += max(tail, t_ar - window) / grad_accumulation
-        comm_bytes += 2.0 * (dp - 1) / dp * size
-        notes.extend(link.notes)
-        link_label, link_bw, transport = link.label, link.bandwidth_gb_s, link.transport
-        step = base_step * (1.0 + cal.data_parallel_overhead)
+    st = _step(work, gpu, precision, tf32, cal, cuda_graphs, attention_kernels)
+    notes: list[str] = [*st.notes, *work.notes]
+    layout = _Layout(gpu=gpu, gpus_per_node=cfg.gpus, nodes=nodes, interconnect=interconnect,
+                     nics_per_node=nics_per_node, par=par)
+    comm = _Comm()
+    step = st.step_s
+    if cfg.training and par.dp > 1:
+        comm = _data_parallel(comm, work, st.step_s, layout, links, grad_accumulation)
+        step = st.step_s * (1.0 + cal.data_parallel_overhead)
     if tp > 1:
-        # Megatron-style: two activation all-reduces per layer and pass, on the critical path
-        link = collective_link(gpu, cfg.gpus, 1, interconnect if nodes == 1 else None, links=links)
-        t_tp = allreduce_time_s(work.tp_allreduce_bytes, cfg.gpus, 1, link) * work.tp_allreduces
-        comm_s += t_tp
-        exposed += t_tp
-        comm_bytes += 2.0 * (tp - 1) / tp * work.tp_allreduce_bytes * work.tp_allreduces
-        if link_label is None:
-            link_label, link_bw, transport = link.label, link.bandwidth_gb_s, link.transport
-        notes.extend(link.notes)
-    step += exposed
+        comm = _tensor_parallel(comm, work, layout, links)
+    notes.extend(comm.notes)
+    step += comm.exposed_s
 
-    per_replica = work.samples_per_step / step
-    throughput = per_replica * replicas
-    per_gpu = throughput / n_total
+    throughput = work.samples_per_step / step * par.dp
     if tp > 1:
         # against one GPU holding the whole replica with the same batch
         single_cfg = cfg.model_copy(update={"gpus": 1, "strategy": "ddp"})
         single_work = model_work(shape, single_cfg, precision, phase=phase, grad_accumulation=grad_accumulation)
-        single_step = _step(single_work, gpu, precision, tf32, cal, cuda_graphs, attention_kernels)[3]
+        single_step = _step(single_work, gpu, precision, tf32, cal, cuda_graphs, attention_kernels).step_s
         speedup = throughput / (single_work.samples_per_step / single_step)
         efficiency = speedup / n_total
     else:
         # each GPU does the same work as a lone GPU would; parallelism only adds time
-        efficiency = base_step / step
+        efficiency = st.step_s / step
         speedup = efficiency * n_total
-    bound_times = {"compute": compute_s, "memory": memory_s, "communication": exposed}
-    bound: Bound = max(bound_times, key=lambda k: bound_times[k])  # type: ignore[assignment]
+    bound_times: dict[Bound, float] = {"compute": st.compute_s, "memory": st.memory_s,
+                                       "communication": comm.exposed_s}
+    bound = max(bound_times, key=lambda k: bound_times[k])
     return PerfEstimate(
         throughput_per_s=throughput,
         throughput_unit=work.unit,
         step_time_s=step,
-        compute_s=compute_s,
-        memory_s=memory_s,
-        comm_s=comm_s,
+        compute_s=st.compute_s,
+        memory_s=st.memory_s,
+        comm_s=comm.comm_s,
         bound=bound,
-        per_gpu_throughput_per_s=per_gpu,
+        per_gpu_throughput_per_s=throughput / n_total,
         scaling_efficiency=efficiency,
         speedup_vs_1gpu=speedup,
         error_band=cal.error_band,
         notes=tuple(dict.fromkeys(notes)),
-        comm_exposed_s=exposed,
-        overhead_s=overhead_s,
+        comm_exposed_s=comm.exposed_s,
+        overhead_s=st.overhead_s,
         gpus_total=n_total,
         samples_per_step=int(round(work.samples_per_step)),
         tokens_per_sample=work.tokens_per_sample,
         flops_per_step=work.matmul_flops,
         memory_traffic_bytes=work.matmul_bytes + work.activation_bytes + work.optimizer_bytes,
-        comm_bytes=comm_bytes,
+        comm_bytes=comm.bytes,
         workload=work.workload,
         compute_precision=precision,
-        peak_tflops=peak,
-        peak_label=label,
-        compute_efficiency=eff.compute_efficiency,
-        memory_efficiency=eff.memory_efficiency,
-        interconnect=link_label,
-        comm_bandwidth_gb_s=link_bw,
-        transport=transport,  # type: ignore[arg-type]
+        peak_tflops=st.peak_tflops,
+        peak_label=st.peak_label,
+        compute_efficiency=st.efficiency.compute_efficiency,
+        memory_efficiency=st.efficiency.memory_efficiency,
+        interconnect=comm.link_label,
+        comm_bandwidth_gb_s=comm.link_gb_s,
+        transport=comm.transport,
         phase=(phase or "decode") if work.workload == "llm-decode" or phase == "prefill" else None,
-        cuda_graphs=cuda_graphs if overhead_s > 0 else None,
+        cuda_graphs=cuda_graphs if st.overhead_s > 0 else None,
     )
