@@ -318,20 +318,10 @@ def _tensor_parallel(comm: _Comm, work: Work, at: _Layout, links: Interconnects)
 
 
 def estimate_performance(
-    gpu: Gpu,
-    shape: ModelShape,
-    cfg: RunConfig,
-    *,
-    nodes: int = 1,
-    interconnect: str | None = None,
-    tf32: bool = True,
-    compute_precision: str | None = None,
-    phase: Phase | None = None,
-    nics_per_node: int | None = None,
-    grad_accumulation: int = 1,
-    cuda_graphs: bool = True,
-    attention_kernels: AttentionKernels = "current",
-    calibration: Calibration | None = None,
+    gpu: Gpu, shape: ModelShape, cfg: RunConfig, *, nodes: int = 1, interconnect: str | None = None,
+    tf32: bool = True, compute_precision: str | None = None, phase: Phase | None = None,
+    nics_per_node: int | None = None, grad_accumulation: int = 1, cuda_graphs: bool = True,
+    attention_kernels: AttentionKernels = "current", calibration: Calibration | None = None,
     interconnects: Interconnects | None = None,
 ) -> PerfEstimate:
     """Predict throughput of ``shape`` under ``cfg`` on ``cfg.gpus`` x ``nodes`` GPUs.
@@ -343,12 +333,10 @@ def estimate_performance(
     ``phase`` picks decode (default) or prefill for decoder inference.
     ``grad_accumulation`` micro-batches share one optimizer step and one
     gradient all-reduce; a step here is one micro-batch.
-    ``cuda_graphs`` says whether each decode step's kernels are replayed as one
-    CUDA graph (TensorRT-LLM, vLLM, SGLang, llama.cpp at batch 1 since May 2024)
-    or launched one by one from the host; it sets the per-layer overhead.
-    ``attention_kernels`` times fused attention at the matmuls' efficiency
-    ("current") or at the calibrated efficiency of the kernels LLM Foundry ran in
-    2023 ("llm-foundry-2023", what its reference rows need).
+    ``cuda_graphs``: each decode step's kernels replay as one CUDA graph (TensorRT-LLM,
+    vLLM, SGLang, llama.cpp at batch 1) or launch one by one; it sets the per-layer overhead.
+    ``attention_kernels`` times fused attention at the matmuls' efficiency ("current")
+    or as the kernels LLM Foundry ran in 2023 ("llm-foundry-2023", for its rows).
     """
     if grad_accumulation < 1:
         raise UsageError("gradient accumulation must be at least 1 micro-batch", field="grad_accumulation")
@@ -383,8 +371,8 @@ def estimate_performance(
         # against one GPU holding the whole replica with the same batch
         single_cfg = cfg.model_copy(update={"gpus": 1, "strategy": "ddp"})
         single_work = model_work(shape, single_cfg, precision, phase=phase, grad_accumulation=grad_accumulation)
-        single_step = _step(single_work, gpu, precision, tf32, cal, cuda_graphs, attention_kernels).step_s
-        speedup = throughput / (single_work.samples_per_step / single_step)
+        single = _step(single_work, gpu, precision, tf32, cal, cuda_graphs, attention_kernels)
+        speedup = throughput / (single_work.samples_per_step / single.step_s)
         efficiency = speedup / n_total
     else:
         # each GPU does the same work as a lone GPU would; parallelism only adds time
@@ -394,35 +382,17 @@ def estimate_performance(
                                        "communication": comm.exposed_s}
     bound = max(bound_times, key=lambda k: bound_times[k])
     return PerfEstimate(
-        throughput_per_s=throughput,
-        throughput_unit=work.unit,
-        step_time_s=step,
-        compute_s=st.compute_s,
-        memory_s=st.memory_s,
-        comm_s=comm.comm_s,
-        bound=bound,
-        per_gpu_throughput_per_s=throughput / n_total,
-        scaling_efficiency=efficiency,
-        speedup_vs_1gpu=speedup,
-        error_band=cal.error_band,
-        notes=tuple(dict.fromkeys(notes)),
-        comm_exposed_s=comm.exposed_s,
-        overhead_s=st.overhead_s,
-        gpus_total=n_total,
-        samples_per_step=int(round(work.samples_per_step)),
-        tokens_per_sample=work.tokens_per_sample,
-        flops_per_step=work.matmul_flops,
+        throughput_per_s=throughput, throughput_unit=work.unit, step_time_s=step, compute_s=st.compute_s,
+        memory_s=st.memory_s, comm_s=comm.comm_s, bound=bound, per_gpu_throughput_per_s=throughput / n_total,
+        scaling_efficiency=efficiency, speedup_vs_1gpu=speedup, error_band=cal.error_band,
+        notes=tuple(dict.fromkeys(notes)), comm_exposed_s=comm.exposed_s, overhead_s=st.overhead_s,
+        gpus_total=n_total, samples_per_step=int(round(work.samples_per_step)),
+        tokens_per_sample=work.tokens_per_sample, flops_per_step=work.matmul_flops,
         memory_traffic_bytes=work.matmul_bytes + work.activation_bytes + work.optimizer_bytes,
-        comm_bytes=comm.bytes,
-        workload=work.workload,
-        compute_precision=precision,
-        peak_tflops=st.peak_tflops,
-        peak_label=st.peak_label,
-        compute_efficiency=st.efficiency.compute_efficiency,
-        memory_efficiency=st.efficiency.memory_efficiency,
-        interconnect=comm.link_label,
-        comm_bandwidth_gb_s=comm.link_gb_s,
-        transport=comm.transport,
+        comm_bytes=comm.bytes, workload=work.workload, compute_precision=precision, peak_tflops=st.peak_tflops,
+        peak_label=st.peak_label, compute_efficiency=st.efficiency.compute_efficiency,
+        memory_efficiency=st.efficiency.memory_efficiency, interconnect=comm.link_label,
+        comm_bandwidth_gb_s=comm.link_gb_s, transport=comm.transport,
         phase=(phase or "decode") if work.workload == "llm-decode" or phase == "prefill" else None,
         cuda_graphs=cuda_graphs if st.overhead_s > 0 else None,
     )
