@@ -14,20 +14,30 @@ import typer
 from gpusizer import choices
 from gpusizer.cli.options import (
     CatalogOpt,
+    CheckpointOpt,
     FlashOpt,
+    GpusPerNodeOpt,
+    GradAccumOpt,
     HeadOpt,
+    HeadOptT,
     HfConfigOpt,
     ImageOpt,
+    InterconnectOpt,
     JsonOpt,
     ModelOpt,
+    NodesOpt,
     OptimizerOpt,
+    OptimizerOptT,
     ParamsOpt,
     SeqOpt,
     StrategyOpt,
+    StrategyOptT,
+    TrainOpt,
     _cache_dir,
     _console,
     _load_catalog,
     _warn,
+    precision_help,
 )
 from gpusizer.cli.root import app, guarded
 from gpusizer.domain.precision import (
@@ -39,64 +49,61 @@ EstPrecisionOpt = choices.choice_enum("EstPrecisionOpt", ALL_PRECISIONS)
 PhaseOpt = choices.choice_enum("PhaseOpt", choices.PHASES)
 
 
-PRECISION_HELP = (
-    "Math precision. fp64 = FP64 units (memory counted as fp32); fp32 = FP32, which runs as TF32 on Ampere+ "
-    "Tensor Cores as cuDNN, TensorFlow and NGC containers do by default (--no-tf32 for strict FP32); tf32 = "
-    "TF32 Tensor Cores, fp32 storage; mixed = AMP, FP16 Tensor Cores with fp32 master weights; fp16/bf16 = pure "
-    "16-bit; fp8 = FP8 Tensor Cores (trains like mixed, serves with 1-byte weights); int8/int4 = quantised "
-    "inference. Default: mixed for training, fp16 for inference."
-)
+GpuOpt = Annotated[str, typer.Option("--gpu", help="GPU name or id, e.g. 'A100 80GB SXM4', 'RTX 2080 Ti', v100.")]
+NicsOpt = Annotated[int | None, typer.Option(
+    "--nics-per-node", min=1, help="Network ports per node used by NCCL (DGX-class nodes have one per GPU). Default 1.")]
+EstPrecisionOptT = Annotated[EstPrecisionOpt | None, typer.Option("--precision", help=precision_help(
+    ALL_PRECISIONS, "Math precision; the memory model counts its storage precision. "))]
+NoTf32Opt = Annotated[bool, typer.Option("--no-tf32", help="Keep fp32 on FP32 CUDA cores on Ampere and newer.")]
+EstBatchOpt = Annotated[int | None, typer.Option(
+    "--batch", min=1, help="Batch per GPU (per model replica with tp); for decode, concurrent sequences. "
+                           "Default: the largest that fits, capped (shown).")]
+PhaseOptT = Annotated[PhaseOpt | None, typer.Option(
+    "--phase", help="Decoder inference: decode (tokens generated; --seq-len is the context) or prefill "
+                    "(prompt processing). Default decode.")]
+CudaGraphsOpt = Annotated[bool, typer.Option(
+    "--cuda-graphs/--no-cuda-graphs",
+    help="Decode: each step's kernels replay as one CUDA graph (TensorRT-LLM, vLLM, SGLang; llama.cpp at "
+         "batch 1 since May 2024), or --no-cuda-graphs: launched one by one from the host (Hugging Face "
+         "transformers, ExLlama, older llama.cpp, llama.cpp at batch > 1). Sets the per-layer overhead.")]
+EpochsOpt = Annotated[float | None, typer.Option("--epochs", min=0, help="Epochs to train (with --dataset-size).")]
+DatasetOpt = Annotated[str | None, typer.Option("--dataset-size", help="Samples per epoch, e.g. 1.28M (with --epochs).")]
+TokensOpt = Annotated[str | None, typer.Option("--tokens", help="Tokens to train on, e.g. 300B.")]
+PriceOpt = Annotated[float | None, typer.Option(
+    "--price-per-hour", min=0, help="Price per GPU-hour in USD; cost is unknown without it (catalog prices are "
+                                    "purchase prices).")]
 
 
 @app.command("estimate")
 @guarded
 def estimate_cmd(
     ctx: typer.Context,
-    gpu: Annotated[str, typer.Option("--gpu", help="GPU name or id, e.g. 'A100 80GB SXM4', 'RTX 2080 Ti', v100.")],
+    gpu: GpuOpt,
     params: ParamsOpt = None,
     model: ModelOpt = None,
     hf_config: HfConfigOpt = None,
-    gpus: Annotated[int, typer.Option("--gpus", min=1, help="GPUs per node.")] = 1,
-    nodes: Annotated[int, typer.Option("--nodes", min=1, help="Nodes (machines).")] = 1,
-    interconnect: Annotated[str | None, typer.Option(
-        "--interconnect",
-        help="Inside a node: nvlink or pcie (default: the GPU's own NVLink, else PCIe). Between nodes: "
-             "ib-edr, ib-hdr, ib-ndr, roce-100g, roce-400g, tcp-10g, tcp-25g, tcp-100g (default ib-hdr). "
-             "GeForce cards fall back to TCP with host staging across nodes.")] = None,
-    nics_per_node: Annotated[int | None, typer.Option(
-        "--nics-per-node", min=1, help="Network ports per node used by NCCL (DGX-class nodes have one per GPU). "
-                                       "Default 1.")] = None,
-    precision: Annotated[EstPrecisionOpt | None, typer.Option("--precision", help=PRECISION_HELP)] = None,
-    no_tf32: Annotated[bool, typer.Option("--no-tf32", help="Keep fp32 on FP32 CUDA cores on Ampere and newer.")] = False,
-    batch: Annotated[int | None, typer.Option(
-        "--batch", min=1, help="Batch per GPU (per model replica with tp); for decode, concurrent sequences. "
-                               "Default: the largest that fits, capped (shown).")] = None,
+    gpus: GpusPerNodeOpt = 1,
+    nodes: NodesOpt = 1,
+    interconnect: InterconnectOpt = None,
+    nics_per_node: NicsOpt = None,
+    precision: EstPrecisionOptT = None,
+    no_tf32: NoTf32Opt = False,
+    batch: EstBatchOpt = None,
     seq_len: SeqOpt = None,
     image_size: ImageOpt = None,
-    train: Annotated[bool, typer.Option("--train/--inference", help="Training step (default) or inference.")] = True,
-    phase: Annotated[PhaseOpt | None, typer.Option(
-        "--phase", help="Decoder inference: decode (tokens generated; --seq-len is the context) or prefill "
-                        "(prompt processing). Default decode.")] = None,
-    cuda_graphs: Annotated[bool, typer.Option(
-        "--cuda-graphs/--no-cuda-graphs",
-        help="Decode: each step's kernels replay as one CUDA graph (TensorRT-LLM, vLLM, SGLang; llama.cpp at "
-             "batch 1 since May 2024), or --no-cuda-graphs: launched one by one from the host (Hugging Face "
-             "transformers, ExLlama, older llama.cpp, llama.cpp at batch > 1). Sets the per-layer overhead.")] = True,
-    optimizer: Annotated[OptimizerOpt, typer.Option(help="Optimizer (training).")] = OptimizerOpt.adamw,
-    strategy: Annotated[StrategyOpt, typer.Option(help="ddp replicates; zero1/2/3 and fsdp shard; tp splits "
-                                                       "layers across a node's GPUs.")] = StrategyOpt.ddp,
-    head: Annotated[HeadOpt, typer.Option(help="Transformer output: lm = vocabulary logits for every token; "
-                                               "classifier = a few classes.")] = HeadOpt.lm,
-    checkpointing: Annotated[bool, typer.Option("--checkpointing", help="Activation recomputation.")] = False,
+    train: TrainOpt = True,
+    phase: PhaseOptT = None,
+    cuda_graphs: CudaGraphsOpt = True,
+    optimizer: OptimizerOptT = OptimizerOpt.adamw,
+    strategy: StrategyOptT = StrategyOpt.ddp,
+    head: HeadOptT = HeadOpt.lm,
+    checkpointing: CheckpointOpt = False,
     flash_attention: FlashOpt = False,
-    grad_accumulation: Annotated[int, typer.Option(min=1, help="Micro-batches per optimizer step.")] = 1,
-    epochs: Annotated[float | None, typer.Option("--epochs", min=0, help="Epochs to train (with --dataset-size).")] = None,
-    dataset_size: Annotated[str | None, typer.Option(
-        "--dataset-size", help="Samples per epoch, e.g. 1.28M (with --epochs).")] = None,
-    tokens: Annotated[str | None, typer.Option("--tokens", help="Tokens to train on, e.g. 300B.")] = None,
-    price_per_hour: Annotated[float | None, typer.Option(
-        "--price-per-hour", min=0, help="Price per GPU-hour in USD; cost is unknown without it (catalog "
-                                        "prices are purchase prices).")] = None,
+    grad_accumulation: GradAccumOpt = 1,
+    epochs: EpochsOpt = None,
+    dataset_size: DatasetOpt = None,
+    tokens: TokensOpt = None,
+    price_per_hour: PriceOpt = None,
     catalog: CatalogOpt = None,
     json_out: JsonOpt = False,
 ) -> None:

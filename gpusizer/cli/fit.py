@@ -9,32 +9,45 @@ import typer
 from gpusizer.cli.options import (
     BatchOpt,
     CatalogOpt,
+    CheckpointOpt,
     FlashOpt,
+    GradAccumOpt,
     HeadOpt,
+    HeadOptT,
     HfConfigOpt,
     ImageOpt,
     JsonOpt,
     ModelOpt,
     OptimizerOpt,
+    OptimizerOptT,
     ParamsOpt,
     PrecisionOpt,
     SeqOpt,
     StrategyOpt,
+    StrategyOptT,
+    TopOpt,
+    TrainOpt,
     _cache_dir,
     _console,
     _load_catalog,
     _local_report,
     _parse_overhead,
     _warn,
+    precision_help,
 )
 from gpusizer.cli.root import app, guarded
 from gpusizer.domain.precision import (
+    STORAGE_PRECISIONS,
     default_precision,
 )
 from gpusizer.errors import ExitCode, UsageError
 
 # --------------------------------------------------------------------------
 # fit-model
+
+
+FitPrecisionOpt = Annotated[PrecisionOpt | None, typer.Option(help=precision_help(
+    STORAGE_PRECISIONS, "How weights, gradients and optimizer state are stored: "))]
 
 
 @app.command("fit-model")
@@ -48,24 +61,20 @@ def fit_model_cmd(
     seq_len: SeqOpt = None,
     image_size: ImageOpt = None,
     target_len: Annotated[int | None, typer.Option("--target-len", min=1, help="Encoder-decoder models: decoder length (default --seq-len).")] = None,
-    train: Annotated[bool, typer.Option("--train/--inference", help="Training step (default) or inference.")] = True,
-    precision: Annotated[
-        PrecisionOpt | None,
-        typer.Option(help="fp64, fp32; fp16/bf16 = pure 16-bit (optimizer state too); mixed = AMP; int8/int4 = "
-                     "weight-only quantisation for inference. Default: mixed for training, fp16 for inference."),
-    ] = None,
-    optimizer: Annotated[OptimizerOpt, typer.Option(help="Optimizer (training).")] = OptimizerOpt.adamw,
-    checkpointing: Annotated[bool, typer.Option("--checkpointing", help="Activation recomputation.")] = False,
+    train: TrainOpt = True,
+    precision: FitPrecisionOpt = None,
+    optimizer: OptimizerOptT = OptimizerOpt.adamw,
+    checkpointing: CheckpointOpt = False,
     flash_attention: FlashOpt = False,
-    head: Annotated[HeadOpt, typer.Option(help="Transformer output: lm = vocabulary logits for every token; classifier = a few classes.")] = HeadOpt.lm,
-    grad_accumulation: Annotated[int, typer.Option(min=1, help="Micro-batches per optimizer step; >1 keeps gradients alive through backward.")] = 1,
+    head: HeadOptT = HeadOpt.lm,
+    grad_accumulation: GradAccumOpt = 1,
     gpus: Annotated[int, typer.Option(min=1, help="GPUs the run is spread over.")] = 1,
-    strategy: Annotated[StrategyOpt, typer.Option(help="ddp replicates; zero1/2/3, fsdp and tp shard.")] = StrategyOpt.ddp,
+    strategy: StrategyOptT = StrategyOpt.ddp,
     gpu: Annotated[list[str] | None, typer.Option("--gpu", help="Check these GPUs (repeatable). Default: the whole catalog.")] = None,
     local: Annotated[bool, typer.Option("--local", help="Check this machine's GPUs and their free memory (NVML).")] = False,
     overhead: Annotated[str | None, typer.Option(help="Fixed per-GPU overhead (CUDA context), e.g. 800MiB. Default 500 MiB.")] = None,
     method: Annotated[str, typer.Option(help="physics (default) or rule-of-thumb: (MB - 400) / 2 x 1024^2 / 4 params.")] = "physics",
-    top: Annotated[int | None, typer.Option(min=1, help="Show at most this many GPUs in the table.")] = None,
+    top: TopOpt = None,
     catalog: CatalogOpt = None,
     json_out: JsonOpt = False,
 ) -> None:

@@ -84,46 +84,36 @@ FlashOpt = Annotated[bool, typer.Option(
     "--flash-attention", help="Fused attention (FlashAttention, PyTorch SDPA): no s x s score matrix is kept, and "
                               "causal models compute half of it.")]
 ImageOpt = Annotated[int | None, typer.Option("--image-size", min=8, help="Image side in pixels (CNNs).")]
+TrainOpt = Annotated[bool, typer.Option("--train/--inference", help="Training step (default) or inference.")]
+OptimizerOptT = Annotated[OptimizerOpt, typer.Option(help="Optimizer (training).")]
+StrategyOptT = Annotated[StrategyOpt, typer.Option(
+    help="ddp replicates; zero1/2/3 and fsdp shard over every GPU; tp splits each layer over a node's GPUs.")]
+HeadOptT = Annotated[HeadOpt, typer.Option(
+    help="Transformer output: lm = vocabulary logits for every token; classifier = a few classes.")]
+CheckpointOpt = Annotated[bool, typer.Option("--checkpointing", help="Activation recomputation.")]
+GradAccumOpt = Annotated[int, typer.Option(
+    min=1, help="Micro-batches per optimizer step; more than 1 keeps gradients alive through backward.")]
+GpusPerNodeOpt = Annotated[int, typer.Option("--gpus", min=1, help="GPUs per node.")]
+NodesOpt = Annotated[int, typer.Option("--nodes", min=1, help="Nodes (machines).")]
+InterconnectOpt = Annotated[str | None, typer.Option(
+    "--interconnect",
+    help="Inside a node: nvlink or pcie (default: the GPU's own NVLink, else PCIe). Between nodes: ib-edr, ib-hdr, "
+         "ib-ndr, roce-100g, roce-400g, tcp-10g, tcp-25g, tcp-100g (default ib-hdr). GeForce cards fall back to TCP "
+         "with host staging across nodes.")]
+TopOpt = Annotated[int | None, typer.Option("--top", min=1, help="Show at most this many GPUs.")]
 
 
-def _model_shape(params: str | None, model: str | None, hf_config: Path | None) -> Any:
-    from gpusizer.domain.shape import shape_from_model, shape_from_params
+def precision_help(names: tuple[str, ...], lead: str = "") -> str:
+    """Help for a --precision option, from the precision table's own descriptions."""
+    from gpusizer.domain.precision import DEFAULT_PRECISION, precision_spec
 
-    given = [n for n, v in (("--params", params), ("--model", model), ("--hf-config", hf_config)) if v is not None]
-    if len(given) != 1:
-        raise UsageError(
-            "give exactly one of --params, --model or --hf-config" + (f" (got {', '.join(given)})" if given else ""),
-            hint="e.g. --model resnet50, --params 60M, --hf-config ./config.json",
-        )
-    if params is not None:
-        from gpusizer.units import parse_count
-
-        try:
-            return shape_from_params(parse_count(params, what="--params"))
-        except ValueError as exc:
-            raise UsageError(str(exc)) from None
-    if model is not None:
-        from gpusizer.models.zoo import load_zoo
-
-        return shape_from_model(load_zoo(cache_dir=_cache_dir()).resolve(model))
-    import json
-
-    from gpusizer.errors import DataFileError
-    from gpusizer.models.hfconfig import model_from_hf_config
-
-    try:
-        doc = json.loads(Path(hf_config).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise DataFileError(f"{hf_config}: file not found") from None
-    except (OSError, ValueError) as exc:
-        raise DataFileError(f"{hf_config}: not a readable JSON file: {exc}") from None
-    return shape_from_model(model_from_hf_config(doc, str(hf_config)))
+    listed = "; ".join(f"{n} = {precision_spec(n).description}" for n in names)
+    return (f"{lead}{listed}. Default: {DEFAULT_PRECISION['train']} for training, "
+            f"{DEFAULT_PRECISION['inference']} for inference.")
 
 
-def _run_config(**kwargs: Any) -> Any:
-    from gpusizer.domain.run import make_run_config
 
-    return make_run_config(**kwargs)
+
 
 
 def _parse_overhead(text: str | None) -> int | None:

@@ -17,14 +17,20 @@ from gpusizer.cli.options import (
     BatchOpt,
     CatalogOpt,
     FlashOpt,
+    GpusPerNodeOpt,
     HfConfigOpt,
     ImageOpt,
+    InterconnectOpt,
     JsonOpt,
     ModelOpt,
+    NodesOpt,
     OptimizerOpt,
+    OptimizerOptT,
     ParamsOpt,
     SeqOpt,
     StrategyOpt,
+    StrategyOptT,
+    precision_help,
 )
 from gpusizer.cli.root import app, guarded
 from gpusizer.domain.precision import RULE_PRECISIONS
@@ -57,16 +63,34 @@ def _split(values: list[str] | None) -> tuple[str, ...]:
     return tuple(dict.fromkeys(out))
 
 
+WorkloadOpt = Annotated[str, typer.Option("--workload", "-w", help=WORKLOAD_HELP)]
+RecPrecisionOptT = Annotated[RecPrecisionOpt | None, typer.Option(help=precision_help(
+    RULE_PRECISIONS, "Working precision (the rules are written for these; hpc defaults to fp64): "))]
+BudgetOpt = Annotated[float | None, typer.Option(
+    "--budget", help="Total US dollars for all GPUs (launch prices). GPUs without a known price are excluded when "
+                     "a budget is given.")]
+MaxPowerOpt = Annotated[float | None, typer.Option(
+    "--max-power", help="Total board power in watts for all GPUs (TDP x count).")]
+RequireOpt = Annotated[list[str] | None, typer.Option(
+    "--require", help="Hard requirements, comma-separated or repeated: ecc, rdma, nvlink, fp64 (full-rate FP64).")]
+SegmentOpt = Annotated[list[str] | None, typer.Option(
+    "--segment", help="Only these segments: datacenter, workstation, consumer (comma-separated or repeated).")]
+RankTopOpt = Annotated[int, typer.Option("--top", min=1, help="Show the best K GPUs.")]
+SortOptT = Annotated[SortOpt, typer.Option(
+    help="score (rules), speed (performance model) or value (speed per dollar of launch price).")]
+RulesOpt = Annotated[list[Path] | None, typer.Option(
+    "--rules", help="Extra rules YAML, repeatable: overrides or extends the bundled rules by workload and rule id "
+                    "(see docs/rules.md).")]
+ShowExcludedOpt = Annotated[bool, typer.Option("--show-excluded", help="List excluded GPUs and why.")]
+LocalOpt = Annotated[bool, typer.Option("--local", help="Rank this machine's GPUs (NVML), with their free memory.")]
+
+
 @app.command("recommend")
 @guarded
 def recommend_cmd(
     ctx: typer.Context,
-    workload: Annotated[str, typer.Option("--workload", "-w", help=WORKLOAD_HELP)],
-    precision: Annotated[
-        RecPrecisionOpt | None,
-        typer.Option(help="Working precision. Default: the workload's (mixed for training, fp16 for inference, "
-                     "fp64 for hpc). tf32 = TF32 matmuls with FP32 storage; mixed = AMP."),
-    ] = None,
+    workload: WorkloadOpt,
+    precision: RecPrecisionOptT = None,
     params: ParamsOpt = None,
     model: ModelOpt = None,
     hf_config: HfConfigOpt = None,
@@ -74,38 +98,20 @@ def recommend_cmd(
     seq_len: SeqOpt = None,
     flash_attention: FlashOpt = False,
     image_size: ImageOpt = None,
-    optimizer: Annotated[OptimizerOpt, typer.Option(help="Optimizer (training), for the memory fit.")] = OptimizerOpt.adamw,
-    strategy: Annotated[StrategyOpt, typer.Option(help="ddp replicates; zero1/2/3, fsdp and tp shard over all GPUs.")] = StrategyOpt.ddp,
-    gpus: Annotated[int, typer.Option("--gpus", min=1, help="GPUs per node.")] = 1,
-    nodes: Annotated[int, typer.Option("--nodes", min=1, help="Nodes. Several nodes make GPUDirect RDMA matter.")] = 1,
-    interconnect: Annotated[
-        str | None, typer.Option(help="Inter-node network for the performance model, as in 'gpusizer estimate'. "
-                                    "Default: the performance model's choice for each GPU.")
-    ] = None,
-    budget: Annotated[
-        float | None, typer.Option("--budget", help="Total US dollars for all GPUs (launch prices). GPUs without "
-                                      "a known price are excluded when a budget is given.")
-    ] = None,
-    max_power: Annotated[
-        float | None, typer.Option("--max-power", help="Total board power in watts for all GPUs (TDP x count).")
-    ] = None,
-    require: Annotated[
-        list[str] | None, typer.Option("--require", help="Hard requirements, comma-separated or repeated: "
-                                          "ecc, rdma, nvlink, fp64 (full-rate FP64).")
-    ] = None,
-    segment: Annotated[
-        list[str] | None, typer.Option("--segment", help="Only these segments: datacenter, workstation, consumer "
-                                          "(comma-separated or repeated).")
-    ] = None,
-    top: Annotated[int, typer.Option("--top", min=1, help="Show the best K GPUs.")] = 10,
-    sort: Annotated[SortOpt, typer.Option(help="score (rules), speed (performance model) or value "
-                                          "(speed per dollar of launch price).")] = SortOpt.score,
-    rules: Annotated[
-        list[Path] | None, typer.Option("--rules", help="Extra rules YAML, repeatable: overrides or extends the "
-                                           "bundled rules by workload and rule id (see docs/rules.md).")
-    ] = None,
-    show_excluded: Annotated[bool, typer.Option("--show-excluded", help="List excluded GPUs and why.")] = False,
-    local: Annotated[bool, typer.Option("--local", help="Rank this machine's GPUs (NVML), with their free memory.")] = False,
+    optimizer: OptimizerOptT = OptimizerOpt.adamw,
+    strategy: StrategyOptT = StrategyOpt.ddp,
+    gpus: GpusPerNodeOpt = 1,
+    nodes: NodesOpt = 1,
+    interconnect: InterconnectOpt = None,
+    budget: BudgetOpt = None,
+    max_power: MaxPowerOpt = None,
+    require: RequireOpt = None,
+    segment: SegmentOpt = None,
+    top: RankTopOpt = 10,
+    sort: SortOptT = SortOpt.score,
+    rules: RulesOpt = None,
+    show_excluded: ShowExcludedOpt = False,
+    local: LocalOpt = False,
     catalog: CatalogOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
