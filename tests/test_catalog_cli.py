@@ -142,6 +142,7 @@ def test_catalog_list_sort_puts_unknown_last(cli_json):
 def test_catalog_list_bad_sort_field(cli):
     result = cli("catalog", "list", "--sort", "fp64")
     assert result.exit_code == 2
+    assert "--sort: 'fp64' is not a numeric catalog field" in result.stderr
     assert "fp64_tflops" in result.stderr
 
 

@@ -400,7 +400,7 @@ def test_unknown_gpu_is_unmatched_with_emit_catalog_hint(catalog: Catalog) -> No
     assert r.match is None
     assert r.hint is not None
     assert "'NVIDIA GeForce RTX 3090'" in r.hint  # the resolver's own message comes first
-    assert "gpusizer probe --emit-catalog" in r.hint
+    assert "'gpusizer probe' emit a starter catalog entry" in r.hint
     assert EMIT_CATALOG_HINT in r.hint
     assert report.unmatched == (r,)
 
@@ -439,6 +439,8 @@ def test_slug_and_architecture() -> None:
     assert slug("NVIDIA A100-SXM4-80GB") == "a100-sxm4-80gb"
     assert slug("NVIDIA RTX A6000") == "rtx-a6000"
     assert slug("NVIDIA") == "nvidia"
+    # the catalog's vendor words: "Quadro" stays, so the Turing card keeps its catalog id
+    assert slug("Quadro RTX 4000") == "quadro-rtx-4000"
     assert architecture_for("7.0") == "volta"
     assert architecture_for("7.5") == "turing"
     assert architecture_for("8.6") == "ampere"
@@ -528,7 +530,7 @@ def test_render_and_json_for_geforce(probe, catalog: Catalog) -> None:
     text = _render(probe_renderables(report))
     assert "NVIDIA GeForce RTX 3090" in text
     assert "unmatched" in text
-    assert "--emit-catalog" in text
+    assert "emit a starter catalog entry" in text
     ecc_line = next(line for line in text.splitlines() if line.lstrip("│ ").startswith("ECC "))
     assert "n/a" in ecc_line
     assert "24.00 GiB" in text
@@ -539,7 +541,7 @@ def test_render_and_json_for_geforce(probe, catalog: Catalog) -> None:
     assert device["ecc_mode_current"] is None
     assert device["nvlinks"] is None
     assert device["catalog"] is None
-    assert "--emit-catalog" in device["hint"]
+    assert "emit a starter catalog entry" in device["hint"]
     assert device["memory_total_bytes"] == 24 * GIB
     assert data["host"]["device_count"] == 1
     assert data["topology"]["pairs"] == []

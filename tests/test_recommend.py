@@ -397,7 +397,7 @@ def test_cnn_budget_that_covers_consumer_prices_prefers_rtx_on_value(cli_json):
         assert g["value_per_kusd"] == pytest.approx(g["speed"]["throughput_per_s"] / (g["price_total_usd"] / 1000))
     excluded = {g["gpu_id"]: g["excluded_by"][0]["message"] for g in res["excluded"]}
     assert "launch price unknown" in excluded["a100-sxm4-80gb"]
-    assert "over --budget" in excluded["titan-v"]  # 4 x $2,999
+    assert "over the budget of $8,000" in excluded["titan-v"]  # 4 x $2,999
 
 
 def test_unknown_price_is_never_ranked_as_free(cli_json):
@@ -437,7 +437,7 @@ def test_a_gpu_the_model_does_not_fit_on_is_never_recommended(cli_json):
         assert g["fits"] is False and g["excluded_by"][0]["rule"] == "memory-fit"
         assert BY_ID[g["gpu_id"]].memory_bytes < need
     excluded = {g["gpu_id"]: g for g in res["excluded"]}
-    assert "with --strategy tp it needs 2 GPUs" in excluded["rtx-4090"]["excluded_by"][0]["message"]
+    assert "with strategy tp it needs 2 GPUs" in excluded["rtx-4090"]["excluded_by"][0]["message"]
 
 
 def test_a_high_score_does_not_save_a_gpu_the_model_does_not_fit_on(cli_json):
@@ -530,7 +530,7 @@ def test_human_output_header_table_reasons_and_excluded(cli):
     out = result.stdout
     assert "precision mixed (workload default)" in out
     assert "2 GPUs (2 nodes x 1 per node)" in out
-    assert "--require ecc: ecc == true" in out
+    assert "requirement ecc: ecc == true" in out
     assert "launch prices" in out
     for column in ("score", "tensor TF mixed", "fits", "rel. speed", "img/s per $1k"):
         assert column in out
@@ -550,7 +550,7 @@ def test_human_output_says_price_unknown(cli):
 def test_nothing_qualifies_exits_4(cli):
     result = cli("recommend", "--workload", "cnn", "--budget", "100")
     assert result.exit_code == ExitCode.NOTHING_FITS
-    assert "No GPU qualifies" in result.stdout and "over --budget" in result.stdout
+    assert "No GPU qualifies" in result.stdout and "over the budget" in result.stdout
 
 
 # --------------------------------------------------------------------------
@@ -593,9 +593,12 @@ def _write(tmp_path: Path, text: str) -> str:
     ("args", "code", "message"),
     [
         (["--workload", "cnnn"], ExitCode.USAGE, "unknown workload 'cnnn'"),
-        (["--workload", "cnn", "--budget", "-5"], ExitCode.USAGE, "--budget: -5 must be a positive"),
-        (["--workload", "cnn", "--budget", "0"], ExitCode.USAGE, "--budget: 0 must be a positive"),
-        (["--workload", "cnn", "--max-power", "-300"], ExitCode.USAGE, "--max-power: -300 must be a positive"),
+        (["--workload", "cnn", "--budget", "-5"], ExitCode.USAGE,
+         "--budget: the budget must be a positive number of US dollars, not -5"),
+        (["--workload", "cnn", "--budget", "0"], ExitCode.USAGE,
+         "--budget: the budget must be a positive number of US dollars, not 0"),
+        (["--workload", "cnn", "--max-power", "-300"], ExitCode.USAGE,
+         "--max-power: the power limit must be a positive number of watts, not -300"),
         (["--workload", "cnn", "--require", "rdam"], ExitCode.USAGE, "unknown requirement 'rdam'"),
         (["--workload", "cnn", "--segment", "gamer"], ExitCode.USAGE, "--segment: 'gamer'"),
         (["--workload", "cnn", "--precision", "int8"], ExitCode.USAGE, "int8 is an inference precision"),
@@ -608,6 +611,32 @@ def test_bad_inputs_exit_cleanly(cli, args, code, message):
     assert result.exit_code == code, (result.stdout, result.stderr)
     assert f"Error: {message}" in result.stderr or message in result.stderr
     assert "Traceback" not in result.stderr and not result.stdout
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"budget_usd": -5.0}, "budget_usd"),
+        ({"max_power_w": 0.0}, "max_power_w"),
+        ({"gpus_per_node": 0}, "gpus_per_node"),
+        ({"nodes": 0}, "nodes"),
+        ({"top": 0}, "top"),
+        ({"batch": 0}, "batch"),
+        ({"sort": "fast"}, "sort"),
+        ({"segments": ("gamer",)}, "segments"),
+        ({"require": ("rdam",)}, "require"),
+        ({"precision": "int3"}, "precision"),
+        ({"precision": "int8"}, "precision"),
+        ({"workload": "cnnn"}, "workload"),
+    ],
+)
+def test_engine_errors_name_the_input_in_domain_words(kwargs, field):
+    """The engine names the request field; only the CLI knows the option it comes from."""
+    req = RecommendRequest(**{"workload": "cnn", **kwargs})
+    with pytest.raises(UsageError) as info:
+        recommend(candidates_from_catalog(GPUS), RULES, req)
+    assert info.value.field == field
+    assert "--" not in info.value.message and "--" not in (info.value.hint or "")
 
 
 def test_unknown_workload_suggests(cli):
@@ -703,7 +732,7 @@ def test_local_candidates_group_identical_gpus_and_use_free_memory():
     assert set(by_id) == {"rtx-3090", "v100-sxm2-16gb"}
     assert by_id["rtx-3090"].capacity_bytes == 20 * GIB and by_id["rtx-3090"].count == 2
     assert by_id["rtx-3090"].label == "rtx-3090 (GPU 0, 1)"
-    assert len(notes) == 1 and "Mystery GPU 9000" in notes[0] and "--emit-catalog" in notes[0]
+    assert len(notes) == 1 and "Mystery GPU 9000" in notes[0] and "emit a starter catalog entry" in notes[0]
     # fit uses the free memory: a model needing more than 20 GiB free is excluded on the 3090s
     shape = shape_from_model(load_zoo().resolve("llama-2-7b"))
     rec = recommend(cands, RULES, RecommendRequest(workload="llm-inference", shape=shape, seq_len=16384), pool=GPUS)

@@ -46,7 +46,7 @@ COMPARE_FACTS: tuple[tuple[str, str], ...] = (
 
 
 def numeric_fields() -> tuple[str, ...]:
-    """Names of the numeric catalog fields, for ``--sort``."""
+    """Names of the numeric catalog fields: the ones a listing can be sorted by."""
     out = []
     for name, info in Gpu.model_fields.items():
         ann = str(info.annotation)
@@ -85,17 +85,18 @@ def filter_gpus(gpus: Sequence[Gpu], spec: CatalogFilter) -> list[Gpu]:
         if spec.nvlink is not None and gpu.nvlink != spec.nvlink:
             continue
         out.append(gpu)
-    if spec.sort is not None:
+    sort = spec.sort
+    if sort is not None:
         fields = numeric_fields()
-        if spec.sort not in fields:
+        if sort not in fields:
             import difflib
 
-            close = difflib.get_close_matches(spec.sort, fields, n=3)
+            close = difflib.get_close_matches(sort, fields, n=3)
             hint = f"did you mean {', '.join(close)}?" if close else f"choose one of: {', '.join(fields)}"
-            raise UsageError(f"--sort: {spec.sort!r} is not a numeric catalog field", hint=hint)
-        known = [g for g in out if getattr(g, spec.sort) is not None]
-        unknown = [g for g in out if getattr(g, spec.sort) is None]
-        known.sort(key=lambda g: getattr(g, spec.sort), reverse=spec.descending)
+            raise UsageError(f"{sort!r} is not a numeric catalog field", hint=hint, field="sort")
+        known = [g for g in out if getattr(g, sort) is not None]
+        unknown = [g for g in out if getattr(g, sort) is None]
+        known.sort(key=lambda g: getattr(g, sort), reverse=spec.descending)
         out = known + unknown
     return out
 

@@ -13,7 +13,7 @@ import functools
 import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -22,6 +22,8 @@ from gpusizer.errors import DataFileError, UsageError
 from gpusizer.units import GIB
 
 Segment = Literal["datacenter", "workstation", "consumer"]
+#: The market segments, in the catalog's order: the one list every filter checks against.
+SEGMENTS: tuple[str, ...] = get_args(Segment)
 Architecture = Literal["maxwell", "pascal", "volta", "turing", "ampere", "ada", "hopper", "blackwell"]
 
 #: Architectures in launch order, used for "nothing before Volta has Tensor Cores"
@@ -207,9 +209,10 @@ def normalise(name: str) -> str:
     return re.sub(r"[^a-z0-9]", "", name.lower())
 
 
-#: Words that vendors put in front of product names and users leave out. Not "Quadro":
-#: it tells the Turing Quadro RTX 4000/5000/6000 from the RTX 4000/5000/6000 Ada cards.
-_VENDOR_WORDS = frozenset({"nvidia", "tesla", "geforce"})
+#: Words that vendors put in front of product names and users leave out: name matching
+#: ignores them and starter entries (``probe.slug``) drop them. Not "Quadro": it tells the
+#: Turing Quadro RTX 4000/5000/6000 from the RTX 4000/5000/6000 Ada cards.
+VENDOR_WORDS = frozenset({"nvidia", "tesla", "geforce"})
 #: Product-line words that users often leave out too ("1080 Ti", "3090").
 _LINE_WORDS = frozenset({"gtx", "rtx"})
 #: Words that make a different card, not a variant of the same one: a partial name
@@ -224,7 +227,7 @@ def name_tokens(name: str, *, drop_line_words: bool = False) -> tuple[str, ...]:
     ('100', '4', '80', 'a', 'gb', 'sxm'), so word order does not matter.
     """
     tokens = re.findall(r"[a-z]+|[0-9]+", name.lower())
-    drop = _VENDOR_WORDS | (_LINE_WORDS if drop_line_words else frozenset())
+    drop = VENDOR_WORDS | (_LINE_WORDS if drop_line_words else frozenset())
     return tuple(sorted(t for t in tokens if t not in drop))
 
 

@@ -68,7 +68,7 @@ def _init_error(nv: Any, exc: Exception) -> NoDeviceError:
     if code == nv.NVML_ERROR_NO_PERMISSION:
         return NoDeviceError(
             "no permission to open the NVIDIA devices (/dev/nvidia*)",
-            hint=f"run as a user with access to /dev/nvidia* (or, in a container, pass --gpus), then {_CHECK}",
+            hint=f"run as a user with access to /dev/nvidia* (or start the container with the GPUs passed through), then {_CHECK}",
         )
     if code == getattr(nv, "NVML_ERROR_LIB_RM_VERSION_MISMATCH", -1):
         return NoDeviceError(
@@ -84,7 +84,7 @@ def _init_error(nv: Any, exc: Exception) -> NoDeviceError:
 def _describe(exc: Exception) -> str:
     try:
         text = str(exc)
-    except Exception:  # noqa: BLE001  # pragma: no cover - pynvml's __str__ can call into the library
+    except Exception:  # pragma: no cover - pynvml's __str__ can call into the library
         text = ""
     code = getattr(exc, "value", None)
     text = text or type(exc).__name__
@@ -299,7 +299,7 @@ def _read_initialised(nv: Any) -> HostSnapshot:
     if count == 0:
         raise NoDeviceError(
             "NVML is working but reports no NVIDIA GPUs",
-            hint=f"{_CHECK} and lists a GPU (in a container, start it with --gpus all)",
+            hint=f"{_CHECK} and lists a GPU (in a container, start it with the GPUs passed through)",
         )
 
     def system(fn_name: str) -> Any:

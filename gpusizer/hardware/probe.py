@@ -8,7 +8,7 @@ job) and never loads the catalog (callers pass one in). It holds
   (not supported, no permission, or the GPU was lost before we got there);
 * :func:`match_catalog`, which pairs each device with a catalog entry;
 * :func:`starter_entry` / :func:`starter_catalog_yaml`, which turn a device
-  into a starting point for a user catalog file (``probe --emit-catalog``).
+  into a starting point for a user catalog file.
 
 Units are in the field names: bytes, watts, degrees Celsius, MHz, percent.
 """
@@ -22,13 +22,14 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from gpusizer.errors import UsageError
-from gpusizer.hardware.catalog import Gpu
+from gpusizer.hardware.catalog import VENDOR_WORDS, Gpu
 from gpusizer.units import GIB
 
 if TYPE_CHECKING:
     from gpusizer.hardware.catalog import Catalog
 
-EMIT_CATALOG_HINT = "run 'gpusizer probe --emit-catalog' to write a starter catalog entry for it"
+#: What to do about a GPU the catalog does not know, in plain words (the CLI names the option).
+EMIT_CATALOG_HINT = "have 'gpusizer probe' emit a starter catalog entry for it and fill that in from the datasheet"
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 
@@ -329,8 +330,6 @@ def match_catalog(host: HostSnapshot, catalog: Catalog) -> ProbeReport:
 # --------------------------------------------------------------------------
 # starter catalog entries
 
-_VENDOR_WORDS = ("nvidia", "tesla", "geforce", "quadro")
-
 #: Compute capability major (and minor where it matters) -> catalog architecture.
 _ARCH_BY_CC = {
     "5": "maxwell", "6": "pascal", "7.0": "volta", "7.2": "volta", "7.5": "turing",
@@ -347,9 +346,13 @@ def architecture_for(compute_capability: str | None) -> str | None:
 
 
 def slug(name: str) -> str:
-    """ "Tesla V100-SXM2-16GB" -> "v100-sxm2-16gb"; "NVIDIA GeForce RTX 3090" -> "rtx-3090"."""
+    """ "Tesla V100-SXM2-16GB" -> "v100-sxm2-16gb"; "NVIDIA GeForce RTX 3090" -> "rtx-3090".
+
+    Leading vendor words are the catalog's (``catalog.VENDOR_WORDS``), so "Quadro" stays:
+    "Quadro RTX 4000" -> "quadro-rtx-4000", the Turing card's id, not the RTX 4000 Ada's.
+    """
     words = [w for w in re.split(r"[^a-z0-9]+", name.lower()) if w]
-    while len(words) > 1 and words[0] in _VENDOR_WORDS:
+    while len(words) > 1 and words[0] in VENDOR_WORDS:
         words = words[1:]
     out = "-".join(words)[:64].strip("-")
     return out if len(out) >= 2 else f"gpu-{out or 'unknown'}"

@@ -1,8 +1,8 @@
 """The recommend rules file: frozen models, loading, validation and merging.
 
 The bundled file is ``data/rules.yaml`` (``gpusizer/data/rules.yaml`` in the
-wheel); its format is documented in ``docs/rules.md``. A user file given with
-``--rules`` is merged over it by workload and rule id before validation, so a
+wheel); its format is documented in ``docs/rules.md``. A user rules file is
+merged over it by workload and rule id before validation, so a
 partial override (``{id: tensor, weight: 6}``) is enough. Every rule names a
 catalog field or a derived field; an unknown name is a :class:`DataFileError`
 that suggests the close ones. Nothing here runs at import time.
@@ -41,7 +41,7 @@ def _rule_precision(name: str) -> str:
     return name
 
 
-#: A precision ``recommend --precision`` accepts (the table's ``rule_precision`` rows).
+#: A precision a recommend request may name (the table's ``rule_precision`` rows).
 RulePrecision = Annotated[PrecisionName, AfterValidator(_rule_precision)]
 Op = Literal["==", "!=", ">", ">=", "<", "<=", "in", "not in"]
 FieldKind = Literal["number", "bool", "text", "ordered"]
@@ -258,7 +258,7 @@ class Advisory(_Rule):
 
 
 class Requirement(BaseModel):
-    """What ``--require NAME`` means."""
+    """What requiring ``NAME`` means (``RecommendRequest.require``)."""
 
     model_config = _FROZEN
 
@@ -273,7 +273,7 @@ class Requirement(BaseModel):
 
 
 class SpeedSpec(BaseModel):
-    """Where the speed column comes from when no --model/--params is given.
+    """Where the speed column comes from when no model is given.
 
     ``model``: a zoo model run through the performance model at ``batch`` (or
     the largest batch that fits, if smaller). ``proxy``: a catalog field, for
@@ -342,7 +342,7 @@ class RuleSet(BaseModel):
             return self.workloads[name]
         close = difflib.get_close_matches(name, list(self.workloads), n=3, cutoff=0.5)
         hint = f"did you mean {', '.join(close)}?" if close else f"choose one of {', '.join(self.workloads)}"
-        raise UsageError(f"unknown workload {name!r}", hint=hint)
+        raise UsageError(f"unknown workload {name!r}", hint=hint, field="workload")
 
     def requirement(self, name: str) -> Requirement:
         from gpusizer.errors import UsageError
@@ -351,7 +351,7 @@ class RuleSet(BaseModel):
             return self.requirements[name]
         close = difflib.get_close_matches(name, list(self.requirements), n=3, cutoff=0.5)
         hint = f"did you mean {', '.join(close)}?" if close else f"choose from {', '.join(self.requirements)}"
-        raise UsageError(f"--require: unknown requirement {name!r}", hint=hint)
+        raise UsageError(f"unknown requirement {name!r}", hint=hint, field="require")
 
 
 # --------------------------------------------------------------------------
@@ -491,7 +491,7 @@ def build_ruleset(merged: Mapping[str, Any], origins: _Origin, files: Sequence[s
         for name, raw in merged["requirements"].items()
     }
     workloads: dict[str, Workload] = {}
-    rule_models = {"criteria": Criterion, "constraints": Constraint, "advisories": Advisory}
+    rule_models: dict[str, type[_Rule]] = {"criteria": Criterion, "constraints": Constraint, "advisories": Advisory}
     common_rules: dict[str, list[Any]] = {}
     for kind, model in rule_models.items():
         common_rules[kind] = [

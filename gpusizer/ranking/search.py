@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import string
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -31,13 +32,16 @@ from gpusizer.domain.precision import (
 from gpusizer.domain.run import RunConfig, make_run_config
 from gpusizer.domain.shape import ModelShape
 from gpusizer.errors import UsageError
-from gpusizer.hardware.catalog import ARCH_ORDER, Gpu
+from gpusizer.hardware.catalog import ARCH_ORDER, SEGMENTS, Gpu
 from gpusizer.memory.estimate import fewest_gpus, largest_batch
 from gpusizer.memory.fit import Capacity, GpuFit, fit_model
 from gpusizer.ranking.rules import (
     DERIVED_FIELDS,
     ORDERED_VALUES,
+    Advisory,
+    Constraint,
     Criterion,
+    Requirement,
     RuleSet,
     SpeedSpec,
     Test,
@@ -46,7 +50,6 @@ from gpusizer.ranking.rules import (
 from gpusizer.units import format_bytes
 
 SORTS: tuple[str, ...] = ("score", "speed", "value")
-SEGMENTS: tuple[str, ...] = ("datacenter", "workstation", "consumer")
 DEFAULT_TOP = 10
 
 
@@ -66,7 +69,7 @@ class Candidate(BaseModel):
     label: str
     capacity_bytes: int
     capacity_source: Literal["catalog", "probe-free"] = "catalog"
-    #: how many of this GPU the machine has (``--local``); None for the catalog
+    #: how many of this GPU the machine has (ranking this machine's GPUs); None for the catalog
     count: int | None = None
 
 
@@ -111,13 +114,12 @@ class RecommendRequest(BaseModel):
     workload: str
     #: None: the workload's default from the rules file
     precision: str | None = None
-    #: the model to size (--model/--params); None: no memory fit, speed from the
-    #: workload's reference model
+    #: the model to size; None: no memory fit, speed from the workload's reference model
     shape: ModelShape | None = None
     batch: int | None = None
     seq_len: int | None = None
     image_size: int | None = None
-    #: fused attention (memory fit and speed), as fit-model and estimate --flash-attention
+    #: fused attention, for the memory fit and the speed (as in the memory and performance models)
     flash_attention: bool = False
     optimizer: str = "adamw"
     strategy: str = "ddp"
@@ -165,13 +167,16 @@ class Contribution(BaseModel):
     source: str | None = None
 
 
+FlagKind = Literal["advisory", "constraint", "requirement", "fit", "budget", "power", "segment", "precision"]
+
+
 class Flag(BaseModel):
     """An advisory that fired, or the reason a GPU was excluded."""
 
     model_config = _FROZEN
 
     rule: str
-    kind: Literal["advisory", "constraint", "requirement", "fit", "budget", "power", "segment", "precision"]
+    kind: FlagKind
     message: str
     source: str | None = None
 
@@ -230,7 +235,7 @@ class GpuResult(BaseModel):
 
 class ShardedOption(BaseModel):
     """GPUs excluded only because the model does not fit, grouped by the GPUs per node
-    (``--gpus``) a sharded run on them needs (memory.fewest_gpus)."""
+    (``gpus_per_node``) a sharded run on them needs (memory.fewest_gpus)."""
 
     model_config = _FROZEN
 
@@ -269,7 +274,7 @@ class Recommendation(BaseModel):
     ranked: tuple[GpuResult, ...]
     #: qualifying GPUs after the top K (relative speed left null)
     beyond_top: tuple[GpuResult, ...] = ()
-    #: how many GPUs qualified before --top cut the list
+    #: how many GPUs qualified before ``top`` cut the list
     qualified: int
     price_basis: str
     excluded: tuple[GpuResult, ...]
@@ -413,24 +418,26 @@ def _check_request(req: RecommendRequest, rules: RuleSet) -> tuple[Workload, str
     wl = rules.workload(req.workload)
     precision = req.precision or wl.precision
     if precision not in RULE_PRECISIONS:
-        raise UsageError(f"precision {precision!r} is not one of {', '.join(RULE_PRECISIONS)}")
+        raise UsageError(f"precision {precision!r} is not one of {', '.join(RULE_PRECISIONS)}", field="precision")
     if req.budget_usd is not None and not (req.budget_usd > 0 and math.isfinite(req.budget_usd)):
-        raise UsageError(f"--budget: {req.budget_usd:g} must be a positive number of US dollars",
-                         hint="the budget is the total for all GPUs, e.g. --budget 10000")
+        raise UsageError(f"the budget must be a positive number of US dollars, not {req.budget_usd:g}",
+                         hint="the budget is the total for all GPUs, e.g. 10000", field="budget_usd")
     if req.max_power_w is not None and not (req.max_power_w > 0 and math.isfinite(req.max_power_w)):
-        raise UsageError(f"--max-power: {req.max_power_w:g} must be a positive number of watts",
-                         hint="the limit is the total board power of all GPUs, e.g. --max-power 1600")
-    if req.gpus_per_node < 1 or req.nodes < 1:
-        raise UsageError("--gpus and --nodes must be at least 1")
+        raise UsageError(f"the power limit must be a positive number of watts, not {req.max_power_w:g}",
+                         hint="the limit is the total board power of all GPUs, e.g. 1600", field="max_power_w")
+    if req.gpus_per_node < 1:
+        raise UsageError("the number of GPUs per node must be at least 1", field="gpus_per_node")
+    if req.nodes < 1:
+        raise UsageError("the number of nodes must be at least 1", field="nodes")
     if req.top is not None and req.top < 1:
-        raise UsageError("--top must be at least 1")
+        raise UsageError("the number of GPUs to list must be at least 1", field="top")
     if req.batch is not None and req.batch < 1:
-        raise UsageError("--batch must be at least 1")
+        raise UsageError("the batch size must be at least 1", field="batch")
     if req.sort not in SORTS:
-        raise UsageError(f"--sort: {req.sort!r} is not one of {', '.join(SORTS)}")
+        raise UsageError(f"{req.sort!r} is not one of the sort orders {', '.join(SORTS)}", field="sort")
     for seg in req.segments:
         if seg not in SEGMENTS:
-            raise UsageError(f"--segment: {seg!r} is not one of {', '.join(SEGMENTS)}")
+            raise UsageError(f"{seg!r} is not one of the segments {', '.join(SEGMENTS)}", field="segments")
     for name in req.require:
         rules.requirement(name)
     if req.interconnect is not None and req.interconnect.strip().lower() not in ("nvlink", "nvswitch", "pcie"):
@@ -461,6 +468,60 @@ def reference_shape(workload: Workload, zoo: Any) -> ModelShape | None:
     return shape_from_model(zoo.resolve(workload.speed.model))
 
 
+#: A hard test a GPU must pass: (rule id, flag kind, the constraint or requirement).
+_HardTest = tuple[str, FlagKind, Constraint | Requirement]
+
+
+@dataclass(frozen=True)
+class _Run:
+    """A checked request with the rules that apply to it: what every step below reads."""
+
+    req: RecommendRequest
+    wl: Workload
+    precision: str
+    #: the memory model's precision, and whether TF32 is allowed (:func:`model_precision`)
+    model_precision: str
+    tf32: bool
+    #: the placeholders every rule message may name besides fields
+    context: Mapping[str, Any]
+    criteria: tuple[Criterion, ...]
+    advisories: tuple[Advisory, ...]
+    constraints: tuple[Constraint, ...]
+    requirements: Mapping[str, Requirement]
+    #: the workload's constraints, then the requirements asked for, in order
+    hard_tests: tuple[_HardTest, ...]
+    #: the run the memory fit sizes
+    mem_cfg: RunConfig
+
+
+def _prepare(rules: RuleSet, req: RecommendRequest) -> _Run:
+    """Check ``req`` and pick the rules that apply to this run (their ``when`` holds)."""
+    wl, precision = _check_request(req, rules)
+    mp, tf32 = model_precision(precision, wl.mode)
+
+    def applies(rule: Criterion | Constraint | Advisory) -> bool:
+        return rule.enabled and rule.when.holds(gpus_per_node=req.gpus_per_node, nodes=req.nodes,
+                                                precision=precision, mode=wl.mode)
+
+    constraints = tuple(c for c in wl.constraints if applies(c))
+    requirements = {name: rules.requirement(name) for name in dict.fromkeys(req.require)}
+    hard_tests: list[_HardTest] = [(c.id, "constraint", c) for c in constraints]
+    hard_tests += [(f"require-{name}", "requirement", r) for name, r in requirements.items()]
+    mem_cfg = make_run_config(
+        mode=wl.mode, precision=mp, optimizer=req.optimizer, batch=req.batch, seq_len=req.seq_len,
+        image_size=req.image_size, gpus=sharded_gpus(req.strategy, req.gpus_per_node, req.nodes), strategy=req.strategy,
+        flash_attention=req.flash_attention,
+    )
+    return _Run(
+        req=req, wl=wl, precision=precision, model_precision=mp, tf32=tf32,
+        context={"precision": precision, "gpus": req.gpus_per_node, "nodes": req.nodes, "total_gpus": req.total_gpus,
+                 "workload": wl.name},
+        criteria=tuple(c for c in wl.criteria if c.weight > 0 and applies(c)),
+        advisories=tuple(a for a in wl.advisories if applies(a)),
+        constraints=constraints, requirements=requirements, hard_tests=tuple(hard_tests), mem_cfg=mem_cfg,
+    )
+
+
 def recommend(
     candidates: Sequence[Candidate],
     rules: RuleSet,
@@ -473,142 +534,183 @@ def recommend(
 
     ``reference``: the workload's reference model (``reference_shape``), used for
     the speed column when ``req.shape`` is None. ``pool``: the GPUs each criterion
-    is normalised against (default: the candidates' GPUs); ``--local`` passes the
-    whole catalog so that a single local GPU does not score 100 by default.
+    is normalised against (default: the candidates' GPUs); ranking a machine's own
+    GPUs passes the whole catalog, so that a single local GPU does not score 100 by default.
     """
-    wl, precision = _check_request(req, rules)
-    mp, tf32 = model_precision(precision, wl.mode)
-    total = req.total_gpus
-    env = {"gpus_per_node": req.gpus_per_node, "nodes": req.nodes, "precision": precision, "mode": wl.mode}
-    context = {
-        "precision": precision, "gpus": req.gpus_per_node, "nodes": req.nodes, "total_gpus": total,
-        "workload": wl.name,
-    }
-    criteria = tuple(c for c in wl.criteria if c.enabled and c.weight > 0 and c.when.holds(**env))
-    constraints = tuple(c for c in wl.constraints if c.enabled and c.when.holds(**env))
-    advisories = tuple(a for a in wl.advisories if a.enabled and a.when.holds(**env))
-    requirements = {name: rules.requirement(name) for name in dict.fromkeys(req.require)}
-    notes: list[str] = []
+    run = _prepare(rules, req)
+    wl = run.wl
+    best = _best_values(run, list(pool) if pool is not None else [c.gpu for c in candidates])
+    fits_by_label, memory_needed, fit_notes = _fit_candidates(run, candidates)
+    results = [_assess(run, cand, best, fits_by_label.get(cand.label)) for cand in candidates]
+    by_label = {c.label: c for c in candidates}
+    speed_shape = req.shape if req.shape is not None else reference
+    qualified = _sort(_with_speed(run, results, by_label, speed_shape), req.sort)
+    key_fields = _key_fields(run.criteria)
+    ranked, beyond = _place(run, qualified, by_label, key_fields)
+    excluded = tuple(_with_key_specs(r, by_label[r.label].gpu, key_fields, run.precision)
+                     for r in results if r.excluded_by)
+    unit = next((r.speed.unit for r in qualified if r.speed is not None and r.speed.unit), "")
+    return Recommendation(
+        workload=wl.name, description=wl.description, mode=wl.mode, precision=run.precision,
+        precision_from="--precision" if req.precision else "workload default", model_precision=run.model_precision,
+        tf32=run.tf32, gpus_per_node=req.gpus_per_node, nodes=req.nodes,
+        model_name=req.shape.name if req.shape else None, params=req.shape.params if req.shape else None,
+        memory_needed_bytes=memory_needed, speed_basis=_speed_basis(wl, req, run.precision, speed_shape),
+        speed_method="proxy" if _proxy_field(wl.speed, req) else "performance-model", speed_unit=unit,
+        value_unit=f"{unit} per $1k" if unit else "", sort=req.sort, criteria=run.criteria,
+        constraints_applied=_constraints_applied(run, memory_needed), key_fields=key_fields, ranked=tuple(ranked),
+        beyond_top=tuple(beyond), qualified=len(qualified), price_basis=_price_basis(qualified, req.sort),
+        excluded=excluded,
+        sharded_options=_sharded_options(results, req, run.mem_cfg) if req.shape is not None else (),
+        notes=_notes(run, fit_notes),
+    )
 
-    # --- scores -----------------------------------------------------------
-    pool_gpus = list(pool) if pool is not None else [c.gpu for c in candidates]
+
+# --- scores ---------------------------------------------------------------
+
+
+def _best_values(run: _Run, pool: Sequence[Gpu]) -> dict[str, float | None]:
+    """Each criterion's best (largest) number among the ``pool`` GPUs; None if none is known."""
     best: dict[str, float | None] = {}
-    for c in criteria:
-        values = [field_value(g, c.field, precision) for g in pool_gpus]
+    for c in run.criteria:
+        values = [field_value(g, c.field, run.precision) for g in pool]
         numbers = [float(v) for v in values if v is not None and not isinstance(v, bool)]
         best[c.id] = max(numbers) if numbers else None
+    return best
 
-    def contributions(gpu: Gpu) -> tuple[Contribution, ...]:
-        values = {c.id: field_value(gpu, c.field, precision) for c in criteria}
-        counted = {c.id: not (values[c.id] is None and c.missing == "skip") for c in criteria}
-        total_weight = sum(c.weight for c in criteria if counted[c.id])
-        out = []
-        for c in criteria:
-            value = values[c.id]
-            norm, scale = normalise(c, value, best[c.id])
-            points = 100 * c.weight * norm / total_weight if total_weight and counted[c.id] else 0.0
-            out.append(
-                Contribution(
-                    rule=c.id, field=c.field, value=value, best=best[c.id], scale=scale, normalised=round(norm, 4),
-                    weight=c.weight, points=round(points, 2), counted=counted[c.id],
-                    message=format_message(c.message, gpu, precision, {**context, "gpu": gpu.name, "gpu_id": gpu.id,
-                                                                        "value": value}),
-                    source=c.source,
-                )
-            )
-        return tuple(out)
 
-    # --- memory fit --------------------------------------------------------
-    fits_by_label: dict[str, GpuFit] = {}
-    memory_needed: int | None = None
-    mem_cfg = make_run_config(
-        mode=wl.mode, precision=mp, optimizer=req.optimizer, batch=req.batch, seq_len=req.seq_len,
-        image_size=req.image_size, gpus=sharded_gpus(req.strategy, req.gpus_per_node, req.nodes), strategy=req.strategy,
-        flash_attention=req.flash_attention,
-    )
-    if req.shape is not None:
-        caps = [Capacity(gpu=c.gpu, label=c.label, memory_bytes=c.capacity_bytes, source=c.capacity_source)
-                for c in candidates]
-        report = fit_model(req.shape, mem_cfg, caps)
-        memory_needed = report.breakdown.total_bytes
-        fits_by_label = {c.label: f for c, f in zip(candidates, report.gpus)}
-        notes.extend(report.notes)
-
-    # --- per GPU ------------------------------------------------------------
-    results: list[GpuResult] = []
-    for cand in candidates:
-        gpu = cand.gpu
-        ctx = {**context, "gpu": gpu.name, "gpu_id": gpu.id}
-        excluded: list[Flag] = []
-        if req.segments and gpu.segment not in req.segments:
-            excluded.append(Flag(rule="segment", kind="segment",
-                                 message=f"segment {gpu.segment} is not in --segment {','.join(req.segments)}"))
-        for con in constraints:
-            ok = evaluate(con.test, gpu, precision)
-            if not ok:
-                value = field_value(gpu, con.test.field, precision)
-                msg = format_message(con.message, gpu, precision, {**ctx, "value": value})
-                msg += (f" ({con.test.field} is unknown for this GPU)" if ok is None
-                        else f" ({con.test.field} = {_show(value)})")
-                excluded.append(Flag(rule=con.id, kind="constraint", message=msg, source=con.source))
-        for name, requirement in requirements.items():
-            ok = evaluate(requirement.test, gpu, precision)
-            if not ok:
-                value = field_value(gpu, requirement.test.field, precision)
-                msg = format_message(requirement.message, gpu, precision, {**ctx, "value": value})
-                msg += (f" ({requirement.test.field} is unknown for this GPU)" if ok is None
-                        else f" ({requirement.test.field} = {_show(value)})")
-                excluded.append(Flag(rule=f"require-{name}", kind="requirement", message=msg, source=requirement.source))
-        price_each = gpu.launch_price_usd
-        price_total = price_each * total if price_each is not None else None
-        if req.budget_usd is not None:
-            if price_total is None:
-                excluded.append(Flag(rule="budget", kind="budget", message=(
-                    "launch price unknown, so --budget cannot be checked (add launch_price_usd with --catalog)")))
-            elif price_total > req.budget_usd:
-                excluded.append(Flag(rule="budget", kind="budget", message=(
-                    f"{total} x ${price_each:,.0f} = ${price_total:,.0f} is over --budget ${req.budget_usd:,.0f}")))
-        power_total = gpu.tdp_w * total if gpu.tdp_w is not None else None
-        if req.max_power_w is not None:
-            if power_total is None:
-                excluded.append(Flag(rule="max-power", kind="power",
-                                     message="board power (tdp_w) unknown, so --max-power cannot be checked"))
-            elif power_total > req.max_power_w:
-                excluded.append(Flag(rule="max-power", kind="power", message=(
-                    f"{total} x {gpu.tdp_w} W = {power_total:,} W is over --max-power {req.max_power_w:,.0f} W")))
-        gfit = fits_by_label.get(cand.label)
-        if gfit is not None and not gfit.fits:
-            excluded.append(Flag(rule="memory-fit", kind="fit", message=_fit_message(gfit, req, mem_cfg)))
-        fired = []
-        for adv in advisories:
-            if adv.warn_if is None:
-                continue
-            if evaluate(adv.warn_if, gpu, precision):
-                value = field_value(gpu, adv.warn_if.field, precision)
-                fired.append(Flag(rule=adv.id, kind="advisory", source=adv.source,
-                                  message=format_message(adv.message, gpu, precision, {**ctx, "value": value})))
-        contribs = contributions(gpu)
-        results.append(
-            GpuResult(
-                gpu_id=gpu.id, name=gpu.name, label=cand.label, segment=gpu.segment, architecture=gpu.architecture,
-                score=round(sum(c.points for c in contribs), 1), contributions=contribs, advisories=tuple(fired),
-                excluded_by=tuple(excluded), fits=None if gfit is None else gfit.fits, fit=gfit,
-                price_each_usd=price_each, price_total_usd=price_total, power_total_w=power_total,
-                key_specs={},
+def _contributions(run: _Run, gpu: Gpu, best: Mapping[str, float | None]) -> tuple[Contribution, ...]:
+    """Every criterion's share of ``gpu``'s 0..100 score."""
+    values = {c.id: field_value(gpu, c.field, run.precision) for c in run.criteria}
+    counted = {c.id: not (values[c.id] is None and c.missing == "skip") for c in run.criteria}
+    total_weight = sum(c.weight for c in run.criteria if counted[c.id])
+    out = []
+    for c in run.criteria:
+        value = values[c.id]
+        norm, scale = normalise(c, value, best[c.id])
+        points = 100 * c.weight * norm / total_weight if total_weight and counted[c.id] else 0.0
+        out.append(
+            Contribution(
+                rule=c.id, field=c.field, value=value, best=best[c.id], scale=scale, normalised=round(norm, 4),
+                weight=c.weight, points=round(points, 2), counted=counted[c.id],
+                message=format_message(c.message, gpu, run.precision, {**run.context, "gpu": gpu.name,
+                                                                       "gpu_id": gpu.id, "value": value}),
+                source=c.source,
             )
         )
+    return tuple(out)
 
-    # --- speed and value (qualifying GPUs only) ---------------------------
-    speed_shape = req.shape if req.shape is not None else reference
-    speed_spec = wl.speed
-    basis = _speed_basis(wl, req, precision, speed_shape)
-    by_label = {c.label: c for c in candidates}
+
+# --- memory fit -----------------------------------------------------------
+
+
+def _fit_candidates(run: _Run, candidates: Sequence[Candidate]) -> tuple[dict[str, GpuFit], int | None, tuple[str, ...]]:
+    """(each candidate's fit by label, memory needed per GPU, the fit's notes); empty without a model."""
+    if run.req.shape is None:
+        return {}, None, ()
+    caps = [Capacity(gpu=c.gpu, label=c.label, memory_bytes=c.capacity_bytes, source=c.capacity_source)
+            for c in candidates]
+    report = fit_model(run.req.shape, run.mem_cfg, caps)
+    # fit_model answers one GpuFit per capacity, in order
+    fits = {c.label: f for c, f in zip(candidates, report.gpus, strict=True)}
+    return fits, report.breakdown.total_bytes, tuple(report.notes)
+
+
+# --- per GPU --------------------------------------------------------------
+
+
+def _assess(run: _Run, cand: Candidate, best: Mapping[str, float | None], gfit: GpuFit | None) -> GpuResult:
+    """One candidate's score, the advisories that fire on it and what excludes it (no speed yet)."""
+    gpu = cand.gpu
+    total = run.req.total_gpus
+    ctx = {**run.context, "gpu": gpu.name, "gpu_id": gpu.id}
+    price_each = gpu.launch_price_usd
+    price_total = price_each * total if price_each is not None else None
+    power_total = gpu.tdp_w * total if gpu.tdp_w is not None else None
+    excluded = _segment_flags(run, gpu)
+    for rule, kind, hard in run.hard_tests:
+        flag = _failed_test(run, gpu, ctx, rule, kind, hard)
+        if flag is not None:
+            excluded.append(flag)
+    excluded += _limit_flags(run, gpu, price_total, power_total)
+    if gfit is not None and not gfit.fits:
+        excluded.append(Flag(rule="memory-fit", kind="fit", message=_fit_message(gfit, run.req, run.mem_cfg)))
+    contribs = _contributions(run, gpu, best)
+    return GpuResult(
+        gpu_id=gpu.id, name=gpu.name, label=cand.label, segment=gpu.segment, architecture=gpu.architecture,
+        score=round(sum(c.points for c in contribs), 1), contributions=contribs,
+        advisories=_fired_advisories(run, gpu, ctx), excluded_by=tuple(excluded),
+        fits=None if gfit is None else gfit.fits, fit=gfit,
+        price_each_usd=price_each, price_total_usd=price_total, power_total_w=power_total, key_specs={},
+    )
+
+
+def _segment_flags(run: _Run, gpu: Gpu) -> list[Flag]:
+    segments = run.req.segments
+    if not segments or gpu.segment in segments:
+        return []
+    return [Flag(rule="segment", kind="segment",
+                 message=f"segment {gpu.segment} is not one of the segments asked for ({', '.join(segments)})")]
+
+
+def _failed_test(
+    run: _Run, gpu: Gpu, ctx: Mapping[str, Any], rule: str, kind: FlagKind, hard: Constraint | Requirement,
+) -> Flag | None:
+    """The flag for a constraint or requirement ``gpu`` fails (or cannot be checked on); None if it passes."""
+    ok = evaluate(hard.test, gpu, run.precision)
+    if ok:
+        return None
+    field = hard.test.field
+    value = field_value(gpu, field, run.precision)
+    msg = format_message(hard.message, gpu, run.precision, {**ctx, "value": value})
+    msg += f" ({field} is unknown for this GPU)" if ok is None else f" ({field} = {_show(value)})"
+    return Flag(rule=rule, kind=kind, message=msg, source=hard.source)
+
+
+def _limit_flags(run: _Run, gpu: Gpu, price_total: float | None, power_total: int | None) -> list[Flag]:
+    """The budget and the power limit, for all the run's GPUs together."""
+    req, total = run.req, run.req.total_gpus
+    flags = []
+    if req.budget_usd is not None:
+        if price_total is None:
+            flags.append(Flag(rule="budget", kind="budget", message=(
+                "launch price unknown, so the budget cannot be checked (add launch_price_usd in a user catalog file)")))
+        elif price_total > req.budget_usd:
+            flags.append(Flag(rule="budget", kind="budget", message=(
+                f"{total} x ${gpu.launch_price_usd:,.0f} = ${price_total:,.0f} is over the budget of ${req.budget_usd:,.0f}")))
+    if req.max_power_w is not None:
+        if power_total is None:
+            flags.append(Flag(rule="max-power", kind="power",
+                              message="board power (tdp_w) unknown, so the power limit cannot be checked"))
+        elif power_total > req.max_power_w:
+            flags.append(Flag(rule="max-power", kind="power", message=(
+                f"{total} x {gpu.tdp_w} W = {power_total:,} W is over the power limit of {req.max_power_w:,.0f} W")))
+    return flags
+
+
+def _fired_advisories(run: _Run, gpu: Gpu, ctx: Mapping[str, Any]) -> tuple[Flag, ...]:
+    """The per-GPU advisories whose ``warn_if`` holds for ``gpu``."""
+    fired = []
+    for adv in run.advisories:
+        if adv.warn_if is not None and evaluate(adv.warn_if, gpu, run.precision):
+            value = field_value(gpu, adv.warn_if.field, run.precision)
+            fired.append(Flag(rule=adv.id, kind="advisory", source=adv.source,
+                              message=format_message(adv.message, gpu, run.precision, {**ctx, "value": value})))
+    return tuple(fired)
+
+
+# --- speed, value and rank ------------------------------------------------
+
+
+def _with_speed(
+    run: _Run, results: Sequence[GpuResult], by_label: Mapping[str, Candidate], shape: ModelShape | None,
+) -> list[GpuResult]:
+    """The qualifying GPUs (nothing excluded them), with their speed and value filled in."""
     qualified: list[GpuResult] = []
     for res in results:
         if res.excluded_by:
             continue
-        cand = by_label[res.label]
-        speed = _speed(cand, speed_spec, req, precision, tf32, speed_shape, mem_cfg)
+        speed = _speed(by_label[res.label], run.wl.speed, run.req, run.precision, run.tf32, shape, run.mem_cfg)
         value, value_note = None, None
         if res.price_total_usd is None:
             value_note = "launch price unknown"
@@ -617,74 +719,86 @@ def recommend(
         else:
             value = speed.throughput_per_s / (res.price_total_usd / 1000)
         qualified.append(res.model_copy(update={"speed": speed, "value_per_kusd": value, "value_note": value_note}))
+    return qualified
 
-    # --- rank ---------------------------------------------------------------
-    def thr(r: GpuResult) -> float:
-        return r.speed.throughput_per_s if r.speed and r.speed.throughput_per_s is not None else -1.0
 
-    if req.sort == "speed":
-        qualified.sort(key=lambda r: (thr(r) < 0, -thr(r), -r.score, r.gpu_id))
-    elif req.sort == "value":
-        qualified.sort(key=lambda r: (r.value_per_kusd is None, -(r.value_per_kusd or 0), -r.score, r.gpu_id))
-    else:
-        qualified.sort(key=lambda r: (-r.score, -thr(r), r.gpu_id))
-    listed = qualified[: req.top] if req.top is not None else qualified
-    top_thr = max((thr(r) for r in listed), default=-1.0)
-    key_fields = _key_fields(criteria)
-    ranked, beyond = [], []
+def _throughput(r: GpuResult) -> float:
+    """Cluster throughput; -1 when unknown, so it sorts last."""
+    return r.speed.throughput_per_s if r.speed and r.speed.throughput_per_s is not None else -1.0
+
+
+def _sort(qualified: list[GpuResult], sort: str) -> list[GpuResult]:
+    """Best first by ``sort``; ties go to the score, then the id. Unknown speed or value sorts last."""
+    if sort == "speed":
+        return sorted(qualified, key=lambda r: (_throughput(r) < 0, -_throughput(r), -r.score, r.gpu_id))
+    if sort == "value":
+        return sorted(qualified, key=lambda r: (r.value_per_kusd is None, -(r.value_per_kusd or 0), -r.score, r.gpu_id))
+    return sorted(qualified, key=lambda r: (-r.score, -_throughput(r), r.gpu_id))
+
+
+def _with_key_specs(res: GpuResult, gpu: Gpu, key_fields: Sequence[str], precision: str, **update: Any) -> GpuResult:
+    return res.model_copy(update={**update, "key_specs": {f: field_value(gpu, f, precision) for f in key_fields}})
+
+
+def _place(
+    run: _Run, qualified: Sequence[GpuResult], by_label: Mapping[str, Candidate], key_fields: Sequence[str],
+) -> tuple[list[GpuResult], list[GpuResult]]:
+    """Number the sorted GPUs; (the top ``req.top``, with speed relative to the fastest of them; the rest)."""
+    shown = len(qualified) if run.req.top is None else min(run.req.top, len(qualified))
+    top_thr = max((_throughput(r) for r in qualified[:shown]), default=-1.0)
+    ranked: list[GpuResult] = []
+    beyond: list[GpuResult] = []
     for i, r in enumerate(qualified, 1):
         speed = r.speed
-        shown = i <= len(listed)
-        if shown and speed is not None and speed.throughput_per_s is not None and top_thr > 0:
+        if i <= shown and speed is not None and speed.throughput_per_s is not None and top_thr > 0:
             speed = speed.model_copy(update={"relative": round(speed.throughput_per_s / top_thr, 4)})
-        gpu = by_label[r.label].gpu
-        (ranked if shown else beyond).append(r.model_copy(update={
-            "rank": i, "speed": speed, "key_specs": {f: field_value(gpu, f, precision) for f in key_fields},
-        }))
-    excluded_results = tuple(
-        r.model_copy(update={"key_specs": {f: field_value(by_label[r.label].gpu, f, precision) for f in key_fields}})
-        for r in results if r.excluded_by
-    )
+        placed = _with_key_specs(r, by_label[r.label].gpu, key_fields, run.precision, rank=i, speed=speed)
+        (ranked if i <= shown else beyond).append(placed)
+    return ranked, beyond
 
-    # --- header and notes ------------------------------------------------
-    applied = [f"{c.id}: {c.test.describe()}" for c in constraints]
-    applied += [f"--require {n}: {r.test.describe()}" for n, r in requirements.items()]
+
+# --- header and notes -----------------------------------------------------
+
+
+def _constraints_applied(run: _Run, memory_needed: int | None) -> tuple[str, ...]:
+    """One line per constraint, requirement and limit the run was checked against."""
+    req, cfg = run.req, run.mem_cfg
+    total = req.total_gpus
+    gpus = f"{total} GPU{'s' if total > 1 else ''}"
+    applied = [f"{c.id}: {c.test.describe()}" for c in run.constraints]
+    applied += [f"requirement {n}: {r.test.describe()}" for n, r in run.requirements.items()]
     if req.segments:
-        applied.append(f"--segment {','.join(req.segments)}")
+        applied.append(f"segments {', '.join(req.segments)}")
     if req.budget_usd is not None:
-        applied.append(f"--budget ${req.budget_usd:,.0f} for {total} GPU{'s' if total > 1 else ''} (launch prices)")
+        applied.append(f"budget ${req.budget_usd:,.0f} for {gpus} (launch prices)")
     if req.max_power_w is not None:
-        applied.append(f"--max-power {req.max_power_w:,.0f} W for {total} GPU{'s' if total > 1 else ''}")
+        applied.append(f"power limit {req.max_power_w:,.0f} W for {gpus}")
     if req.shape is not None and memory_needed is not None:
         applied.append(f"memory fit: {req.shape.name} needs {format_bytes(memory_needed)} per GPU "
-                       f"({mem_cfg.mode}, {mem_cfg.precision}, batch {mem_cfg.batch} per GPU, {mem_cfg.strategy})")
-    for adv in advisories:
-        if adv.warn_if is None:
-            notes.append(format_message(adv.message, None, precision, {**context, "value": None}))
+                       f"({cfg.mode}, {cfg.precision}, batch {cfg.batch} per GPU, {cfg.strategy})")
+    return tuple(applied)
+
+
+def _price_basis(qualified: Sequence[GpuResult], sort: str) -> str:
     unpriced = sum(1 for r in qualified if r.price_total_usd is None)
-    price_basis = "catalog launch prices (MSRP at launch, not today's street or cloud prices); " + (
+    return "catalog launch prices (MSRP at launch, not today's street or cloud prices); " + (
         f"{unpriced} of {len(qualified)} qualifying GPUs have no price (most data-center cards are sold by quote): "
-        "their value is unknown, never free" + ("; --sort value lists them last" if req.sort == "value" else "")
+        "their value is unknown, never free" + ("; sorting by value lists them last" if sort == "value" else "")
         if unpriced else f"all {len(qualified)} qualifying GPUs have one"
     )
-    if req.shape is None:
-        notes.append("memory fit not checked: give --model or --params (with --batch) to exclude GPUs it does not fit on")
-    if not criteria:
-        notes.append(f"workload {wl.name!r} has no criteria that apply, so every score is 0")
-    unit = next((r.speed.unit for r in qualified if r.speed is not None and r.speed.unit), "")
-    value_unit = f"{unit} per $1k" if unit else ""
-    return Recommendation(
-        workload=wl.name, description=wl.description, mode=wl.mode, precision=precision,
-        precision_from="--precision" if req.precision else "workload default", model_precision=mp, tf32=tf32,
-        gpus_per_node=req.gpus_per_node, nodes=req.nodes,
-        model_name=req.shape.name if req.shape else None, params=req.shape.params if req.shape else None,
-        memory_needed_bytes=memory_needed, speed_basis=basis,
-        speed_method="proxy" if _proxy_field(wl.speed, req) else "performance-model", speed_unit=unit, value_unit=value_unit, sort=req.sort,
-        criteria=criteria, constraints_applied=tuple(applied), key_fields=key_fields, ranked=tuple(ranked),
-        beyond_top=tuple(beyond), qualified=len(qualified), price_basis=price_basis, excluded=excluded_results,
-        sharded_options=_sharded_options(results, req, mem_cfg) if req.shape is not None else (),
-        notes=tuple(dict.fromkeys(notes)),
-    )
+
+
+def _notes(run: _Run, fit_notes: Sequence[str]) -> tuple[str, ...]:
+    """The memory fit's notes, the workload's notes (advisories without a test), then what was not checked."""
+    notes = list(fit_notes)
+    notes += [format_message(a.message, None, run.precision, {**run.context, "value": None})
+              for a in run.advisories if a.warn_if is None]
+    if run.req.shape is None:
+        notes.append("memory fit not checked: give a model or a parameter count (and a batch size) "
+                     "to exclude GPUs it does not fit on")
+    if not run.criteria:
+        notes.append(f"workload {run.wl.name!r} has no criteria that apply, so every score is 0")
+    return tuple(dict.fromkeys(notes))
 
 
 def _show(value: Any) -> str:
@@ -712,16 +826,16 @@ def _fit_message(gfit: GpuFit, req: RecommendRequest, cfg: RunConfig) -> str:
            + (" free" if gfit.capacity_source == "probe-free" else ""))
     alternative, need = _sharded_need(gfit, req, cfg)
     if need is not None:
-        msg += f"; with --strategy {alternative} it needs {need} GPUs"
+        msg += f"; with strategy {alternative} it needs {need} GPUs"
     return msg
 
 
 def _sharded_options(results: Sequence[GpuResult], req: RecommendRequest, cfg: RunConfig) -> tuple[ShardedOption, ...]:
     """Group the GPUs that only the memory fit excluded by the sharded run that holds the model.
 
-    ``gpus`` is per node, as ``--gpus`` means: tensor parallelism shards inside a node,
-    ZeRO and FSDP over every GPU of every node (memory.sharded_gpus). A GPU is listed
-    only if that run also passes --budget and --max-power at its GPU count.
+    ``gpus`` is per node, as ``gpus_per_node`` is: tensor parallelism shards inside a node,
+    ZeRO and FSDP over every GPU of every node (domain.parallelism.sharded_gpus). A GPU is
+    listed only if that run also keeps within the budget and the power limit at its GPU count.
     """
     groups: dict[tuple[str, int], list[GpuResult]] = {}
     for res in results:
