@@ -21,8 +21,15 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from gpusizer.api import estimate, fit_model, load_catalog, recommend, resolve_model
-    from gpusizer.domain import ModelShape, Parallelism, Precision, RunConfig
+    from gpusizer.api import estimate as estimate
+    from gpusizer.api import fit_model as fit_model
+    from gpusizer.api import load_catalog as load_catalog
+    from gpusizer.api import recommend as recommend
+    from gpusizer.api import resolve_model as resolve_model
+    from gpusizer.domain import ModelShape as ModelShape
+    from gpusizer.domain import Parallelism as Parallelism
+    from gpusizer.domain import Precision as Precision
+    from gpusizer.domain import RunConfig as RunConfig
 
 _API = {
     "fit_model": "gpusizer.api",

@@ -480,7 +480,7 @@ def recommend(
         notes += list(local_notes)
         if not candidates:
             raise NothingFitsError("none of this machine's GPUs is in the catalog, so none can be ranked",
-                                   hint="write catalog entries for them (gpusizer probe --emit-catalog) and add them")
+                                   hint="add catalog entries for them (the probe can write starter entries)")
     else:
         candidates = candidates_from_catalog(cat.gpus)
     reference = None

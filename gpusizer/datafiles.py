@@ -12,9 +12,12 @@ import json
 import os
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpusizer.errors import DataFileError
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
 
 
 def bundled_path(filename: str) -> Path:
@@ -56,7 +59,7 @@ def load_yaml(path: Path, cache_dir: Path | None = None) -> Any:
         data = path.read_bytes()
         text = data.decode("utf-8")
     except FileNotFoundError:
-        raise DataFileError(f"{path}: file not found", hint="check the path given to --catalog/--rules or GPUSIZER_CATALOG") from None
+        raise DataFileError(f"{path}: file not found", hint="check the path of the catalog or rules file") from None
     except IsADirectoryError:
         raise DataFileError(f"{path}: is a directory, not a YAML file") from None
     except (OSError, UnicodeDecodeError) as exc:
@@ -101,7 +104,7 @@ def read_cache(path: Path) -> Any:
         return None
 
 
-def write_cache(target: Path, doc: Any) -> None:
+def write_cache(target: Path, doc: object) -> None:
     try:
         encoded = json.dumps(doc)
         if json.loads(encoded) != doc:
@@ -114,11 +117,12 @@ def write_cache(target: Path, doc: Any) -> None:
         pass  # a cache is an optimisation; never fail because of it
 
 
-def describe_validation_error(exc: Any, origin: str, entry_id: Any = None) -> str:
+def describe_validation_error(exc: ValidationError, origin: str, entry_id: object = None) -> str:
     """One line per problem: ``file: entry 'id': field: message``.
 
-    ``exc`` is a pydantic ValidationError. Messages from our own model
-    validators already start with the field name.
+    ``entry_id`` is the entry's id as written (any YAML value), or None for a
+    document without entries. Messages from our own model validators already
+    start with the field name.
     """
     lines = []
     for err in exc.errors(include_url=False):

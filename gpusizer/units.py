@@ -80,10 +80,11 @@ def bytes_to_gib(n: int) -> float:
     return n / GIB
 
 
-def format_bytes(n: int | float | None, *, binary: bool = True, digits: int = 2) -> str:
-    """Format a byte count as GiB/MiB/KiB (binary) or GB/MB/KB (decimal)."""
-    if n is None:
-        return "n/a"
+def format_bytes(n: int | float, *, binary: bool = True, digits: int = 2) -> str:
+    """Format a byte count as GiB/MiB/KiB (binary) or GB/MB/KB (decimal).
+
+    A missing value is the caller's to show (``gpusizer.render.common.show_value``).
+    """
     step, units = (1024, ("B", "KiB", "MiB", "GiB", "TiB")) if binary else (1000, ("B", "KB", "MB", "GB", "TB"))
     value = float(n)
     sign = "-" if value < 0 else ""
@@ -97,10 +98,11 @@ def format_bytes(n: int | float | None, *, binary: bool = True, digits: int = 2)
     raise AssertionError("unreachable")
 
 
-def format_count(n: int | float | None) -> str:
-    """Format a parameter or sample count with a decimal suffix (K, M, B, T)."""
-    if n is None:
-        return "n/a"
+def format_count(n: int | float) -> str:
+    """Format a parameter or sample count with a decimal suffix (K, M, B, T).
+
+    A missing value is the caller's to show (``gpusizer.render.common.show_value``).
+    """
     value = float(n)
     for suffix, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
         if abs(value) >= scale:

@@ -16,7 +16,8 @@ import json
 import pytest
 
 from gpusizer.errors import DataFileError, ExitCode
-from gpusizer.models.hfconfig import SUPPORTED_MODEL_TYPES, model_from_hf_config
+from gpusizer.models import hfconfig
+from gpusizer.models.hfconfig import HF_CLASS, SUPPORTED_MODEL_TYPES, model_from_hf_config
 from gpusizer.models.zoo import Zoo, load_zoo
 
 # ----------------------------------------------------------------------------- configs
@@ -368,9 +369,9 @@ T5_BASE = json.loads("""{
   "output_past": true,
   "pad_token_id": 0,
   "relative_attention_num_buckets": 32,
-  "task_specific_params": %s,
+  "task_specific_params": @TASKS@,
   "vocab_size": 32128
-}""" % _T5_TASKS)
+}""".replace("@TASKS@", _T5_TASKS))
 
 T5_V1_1_BASE = json.loads("""{
   "architectures": ["T5ForConditionalGeneration"],
@@ -662,6 +663,18 @@ def test_dropout_follows_the_probabilities():
 
 def test_every_supported_model_type_is_covered_here():
     assert set(SUPPORTED_MODEL_TYPES) == {doc["model_type"] for _, doc, _ in CASES}
+
+
+def test_every_supported_model_type_is_documented_with_its_class():
+    doc = hfconfig.__doc__ or ""
+    for model_type, hf_class in HF_CLASS.items():
+        assert model_type in doc and hf_class in doc, model_type
+
+
+def test_notes_name_the_class_whose_count_is_reproduced():
+    for _, doc, _ in CASES:
+        m = model_from_hf_config(doc, "c.json")
+        assert m.notes is not None and HF_CLASS[doc["model_type"]] in m.notes
 
 
 def test_derived_models_can_join_a_zoo():

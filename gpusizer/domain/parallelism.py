@@ -122,6 +122,29 @@ def sharding(par: Parallelism) -> Sharding:
     )
 
 
+def shards_weights(strategy: str) -> bool:
+    """Whether ``strategy`` spreads the weights over GPUs (ZeRO-3, FSDP, tp)."""
+    return sharding(Parallelism.of(strategy, 2)).weights > 1
+
+
+def sharding_alternative(strategy: str, mode: str) -> str:
+    """The strategy to suggest when a model does not fit: the run's own if it shards
+    the model, else tensor parallelism to serve and FSDP to train (ZeRO and FSDP
+    are training strategies; inference has no gradients or optimizer state)."""
+    split = sharding(Parallelism.of(strategy, 2))
+    if max(split.weights, split.gradients, split.optimizer) > 1:
+        return strategy
+    return "tp" if mode == "inference" else "fsdp"
+
+
+def gpus_per_node_for(strategy: str, shard_gpus: int, nodes: int) -> int:
+    """GPUs per node that give a model ``shard_gpus`` shards: tensor parallelism puts
+    them all in each node; ZeRO and FSDP spread them over the nodes."""
+    if Parallelism.of_cluster(strategy, 2, 1).tp > 1:
+        return shard_gpus
+    return -(-shard_gpus // nodes)
+
+
 def sharded_gpus(strategy: str, gpus_per_node: int, nodes: int = 1) -> int:
     """GPUs one model is spread over by ``strategy`` (:meth:`Parallelism.of_cluster`):
     a node's GPUs for tensor parallelism, every GPU for ZeRO and FSDP."""
@@ -129,4 +152,14 @@ def sharded_gpus(strategy: str, gpus_per_node: int, nodes: int = 1) -> int:
     return par.tp if par.tp > 1 else par.dp
 
 
-__all__ = ["STRATEGIES", "Parallelism", "Sharding", "Strategy", "sharded_gpus", "sharding"]
+__all__ = [
+    "STRATEGIES",
+    "Parallelism",
+    "Sharding",
+    "Strategy",
+    "gpus_per_node_for",
+    "sharded_gpus",
+    "sharding",
+    "sharding_alternative",
+    "shards_weights",
+]

@@ -99,7 +99,12 @@ class Precision(BaseModel):
     dp4a: bool = False
     #: where its matmuls run without that Tensor Core rate: FP64 or FP32 units,
     #: 16-bit CUDA-core math ("cuda-16bit"), or at the fp16 precision's rate
-    without_tensor: Literal["fp64", "fp32", "cuda-16bit", "fp16"] = "fp32"
+    without_tensor: Literal["fp64-units", "fp32-units", "cuda-16bit", "fp16-rate"] = "fp32-units"
+    #: runs at the same Tensor Core rate as this precision on architectures from
+    #: ``same_rate_from`` on (BF16 at the FP16 rate on Ampere and later), so a
+    #: missing catalog figure can be read from that one
+    same_rate_as: PrecisionName | None = None
+    same_rate_from: str | None = None
     #: attention's QK^T and PV take 16-bit inputs even when the weights' matmuls
     #: run at this precision
     attention_at_16bit: bool = False
@@ -121,7 +126,7 @@ class Precision(BaseModel):
 _SPECS = (
     Precision(name="fp64", description="FP64 units, fp64 storage", storage_train="fp64", storage_inference="fp64",
               storage=Storage(weight_bytes=8, grad_bytes=8, optimizer_state_bytes=8, activation_bytes=8),
-              compute_element_bytes=8, kv_element_bytes=8, traffic_activation_bytes=8, tensor_field=None, without_tensor="fp64"),
+              compute_element_bytes=8, kv_element_bytes=8, traffic_activation_bytes=8, tensor_field=None, without_tensor="fp64-units"),
     Precision(name="fp32", description="FP32 storage; TF32 Tensor Cores on Ampere+ unless strict",
               storage_train="fp32", storage_inference="fp32",
               storage=Storage(weight_bytes=4, grad_bytes=4, optimizer_state_bytes=4, activation_bytes=4),
@@ -145,15 +150,16 @@ _SPECS = (
               storage_train="bf16", storage_inference="bf16",
               storage=Storage(weight_bytes=2, grad_bytes=2, optimizer_state_bytes=2, activation_bytes=2),
               compute_element_bytes=2, kv_element_bytes=2, traffic_activation_bytes=2,
-              tensor_field="tensor_bf16_tflops", tensor_label="bf16 Tensor Core"),
+              tensor_field="tensor_bf16_tflops", tensor_label="bf16 Tensor Core", same_rate_as="fp16",
+              same_rate_from="ampere"),
     Precision(name="fp8", description="FP8 Tensor Cores; trains like mixed, serves with 1-byte weights",
               storage_train="mixed", storage_inference="int8", compute_element_bytes=1, kv_element_bytes=1,
-              traffic_activation_bytes=1, allreduce_grad_bytes=2, tensor_field="tensor_fp8_tflops", tensor_label="fp8 Tensor Core", without_tensor="fp16",
+              traffic_activation_bytes=1, allreduce_grad_bytes=2, tensor_field="tensor_fp8_tflops", tensor_label="fp8 Tensor Core", without_tensor="fp16-rate",
               attention_at_16bit=True),
     Precision(name="int8", description="8-bit weight-only quantised inference", storage_train=None,
               storage_inference="int8", storage=Storage(weight_bytes=1, quantised=True, activation_bytes=2),
               compute_element_bytes=1, kv_element_bytes=2, traffic_activation_bytes=1,
-              tensor_field="tensor_int8_tops", tensor_label="int8 Tensor Core", dp4a=True, without_tensor="fp16"),
+              tensor_field="tensor_int8_tops", tensor_label="int8 Tensor Core", dp4a=True, without_tensor="fp16-rate"),
     Precision(name="int4", description="4-bit weight-only quantised inference (NF4 block scales)",
               storage_train=None, storage_inference="int4",
               storage=Storage(weight_bytes=0.5, quantised=True, quant_scale_bytes=4 / 64, activation_bytes=2),

@@ -13,6 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from gpusizer.domain.parallelism import shards_weights
 from gpusizer.domain.run import RunConfig
 from gpusizer.domain.shape import ModelShape
 from gpusizer.hardware.catalog import Gpu
@@ -182,16 +183,16 @@ def _verdict(results: Sequence[GpuFit], cfg: RunConfig, breakdown: MemoryBreakdo
             f"{best.gpu_id or best.gpu_name}"
         )
     ideas = []
-    if cfg.strategy in ("ddp", "zero1", "zero2"):
+    if not shards_weights(cfg.strategy):
         ideas.append("sharding with ZeRO-3, FSDP or tensor parallelism over more GPUs")
     else:
         ideas.append("more GPUs")
-    if cfg.precision in ("fp32", "mixed"):
+    if cfg.storage.weight_bytes > 2:
         ideas.append("bf16 precision" + (" or int8/int4 quantisation" if cfg.mode == "inference" else ""))
     if cfg.mode == "train" and not cfg.checkpointing:
         ideas.append("activation checkpointing")
     if cfg.batch > 1:
-        ideas.append("a smaller --batch")
+        ideas.append("a smaller batch")
     return f"needs {need} {per}".rstrip() + f"; fits on no GPU as configured (try {', '.join(ideas)})"
 
 

@@ -70,9 +70,12 @@ absent. ``mlp`` is null for an activation outside gelu, relu, swiglu and geglu
 
 from __future__ import annotations
 
+import enum
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import PurePath, PurePosixPath, PureWindowsPath
+from types import MappingProxyType
 from typing import Any
 
 from pydantic import ValidationError
@@ -81,27 +84,19 @@ from gpusizer import datafiles
 from gpusizer.errors import DataFileError
 from gpusizer.models.zoo import Model
 
-_REQUIRED: Any = object()
+
+class _Required(enum.Enum):
+    """Sentinel default: the key must be present (and not null)."""
+
+    KEY = "required"
+
+
+_REQUIRED = _Required.KEY
 
 _GELU = frozenset(
     {"gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "gelu_python", "gelu_accurate", "gelu_10", "quick_gelu"}
 )
 _SILU = frozenset({"silu", "swish"})
-
-#: transformers class whose parameters() count is reproduced, per model_type
-HF_CLASS = {
-    "bert": "BertForMaskedLM",
-    "gpt2": "GPT2LMHeadModel",
-    "gpt_neox": "GPTNeoXForCausalLM",
-    "llama": "LlamaForCausalLM",
-    "mistral": "MistralForCausalLM",
-    "mixtral": "MixtralForCausalLM",
-    "mt5": "MT5ForConditionalGeneration",
-    "qwen2": "Qwen2ForCausalLM",
-    "roberta": "RobertaForMaskedLM",
-    "t5": "T5ForConditionalGeneration",
-}
-SUPPORTED_MODEL_TYPES = tuple(sorted(HF_CLASS))
 
 
 class _Config:
@@ -111,7 +106,7 @@ class _Config:
         self.doc = doc
         self.origin = origin
 
-    def _get(self, key: str, default: Any) -> Any:
+    def _get(self, key: str, default: object) -> Any:
         value = self.doc.get(key)
         if value is None:
             if default is _REQUIRED:
@@ -119,10 +114,10 @@ class _Config:
             return default
         return value
 
-    def _bad(self, key: str, expected: str, value: Any) -> DataFileError:
+    def _bad(self, key: str, expected: str, value: object) -> DataFileError:
         return DataFileError(f"{self.origin}: key '{key}' must be {expected}, got {type(value).__name__} {value!r}")
 
-    def get_int(self, key: str, default: Any = _REQUIRED, minimum: int = 1) -> int:
+    def get_int(self, key: str, default: int | _Required = _REQUIRED, minimum: int = 1) -> int:
         value = self._get(key, default)
         if isinstance(value, bool) or not isinstance(value, int):
             raise self._bad(key, "an integer", value)
@@ -144,7 +139,7 @@ class _Config:
             raise self._bad(key, "true or false", value)
         return value
 
-    def get_str(self, key: str, default: Any = _REQUIRED) -> str:
+    def get_str(self, key: str, default: str | _Required = _REQUIRED) -> str:
         value = self._get(key, default)
         if not isinstance(value, str):
             raise self._bad(key, "a string", value)
@@ -182,8 +177,27 @@ def _plain_mlp(act: str) -> str | None:
 # ----------------------------------------------------------------------------- families
 
 
-def _llama_like(c: _Config, model_type: str) -> dict[str, Any]:
+@dataclass(frozen=True)
+class _Family:
+    """One supported ``model_type``: the class whose count is reproduced and how its config is read.
+
+    A builder that serves several model types (``_llama_like``, ``_bert_like``,
+    ``_t5``) branches on ``model_type`` for the tensors that differ between them.
+    """
+
+    model_type: str
+    #: the transformers class whose ``parameters()`` count ``build`` reproduces
+    hf_class: str
+    #: reads the config into zoo Model fields (without id, name, sources, notes)
+    build: Callable[[_Config, _Family], dict[str, Any]]
+    #: the config class's default ``max_position_embeddings``, for builders that
+    #: serve classes with different defaults; None: the key is required
+    max_positions: int | None = None
+
+
+def _llama_like(c: _Config, family: _Family) -> dict[str, Any]:
     """LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM, Qwen2ForCausalLM."""
+    model_type = family.model_type
     h = c.get_int("hidden_size")
     layers = c.get_int("num_hidden_layers")
     heads = c.get_int("num_attention_heads")
@@ -195,8 +209,9 @@ def _llama_like(c: _Config, model_type: str) -> dict[str, Any]:
         hd = h // heads
     else:
         hd = c.get_int("head_dim")
-    max_pos_default = {"llama": 2048, "mistral": 4096 * 32, "mixtral": 4096 * 32, "qwen2": 32768}[model_type]
-    max_pos = c.get_int("max_position_embeddings", max_pos_default)
+    max_pos = c.get_int(
+        "max_position_embeddings", _REQUIRED if family.max_positions is None else family.max_positions
+    )
     tied = c.get_bool("tie_word_embeddings", False)
     act = c.get_str("hidden_act", "silu")
 
@@ -248,7 +263,7 @@ def _llama_like(c: _Config, model_type: str) -> dict[str, Any]:
     }
 
 
-def _gpt2(c: _Config, model_type: str) -> dict[str, Any]:
+def _gpt2(c: _Config, family: _Family) -> dict[str, Any]:
     """GPT2LMHeadModel."""
     h = c.get_int("n_embd")
     layers = c.get_int("n_layer")
@@ -288,7 +303,7 @@ def _gpt2(c: _Config, model_type: str) -> dict[str, Any]:
     }
 
 
-def _gpt_neox(c: _Config, model_type: str) -> dict[str, Any]:
+def _gpt_neox(c: _Config, family: _Family) -> dict[str, Any]:
     """GPTNeoXForCausalLM."""
     h = c.get_int("hidden_size")
     layers = c.get_int("num_hidden_layers")
@@ -326,7 +341,7 @@ def _gpt_neox(c: _Config, model_type: str) -> dict[str, Any]:
     }
 
 
-def _bert_like(c: _Config, model_type: str) -> dict[str, Any]:
+def _bert_like(c: _Config, family: _Family) -> dict[str, Any]:
     """BertForMaskedLM and RobertaForMaskedLM (same tensors; no pooler)."""
     h = c.get_int("hidden_size")
     layers = c.get_int("num_hidden_layers")
@@ -356,7 +371,7 @@ def _bert_like(c: _Config, model_type: str) -> dict[str, Any]:
     params = embeddings + layers * layer + head
 
     max_seq_len = max_pos
-    if model_type == "roberta":
+    if family.model_type == "roberta":
         # RoBERTa numbers positions from padding_idx + 1, so 514 tables hold 512 tokens
         max_seq_len = max_pos - (c.get_int("pad_token_id", 1, minimum=0) + 1)
     return {
@@ -376,8 +391,9 @@ def _bert_like(c: _Config, model_type: str) -> dict[str, Any]:
     }
 
 
-def _t5(c: _Config, model_type: str) -> dict[str, Any]:
+def _t5(c: _Config, family: _Family) -> dict[str, Any]:
     """T5ForConditionalGeneration and MT5ForConditionalGeneration."""
+    model_type = family.model_type
     d = c.get_int("d_model")
     layers = c.get_int("num_layers")
     heads = c.get_int("num_heads")
@@ -424,18 +440,25 @@ def _t5(c: _Config, model_type: str) -> dict[str, Any]:
     }
 
 
-_FAMILIES: dict[str, Callable[[_Config, str], dict[str, Any]]] = {
-    "bert": _bert_like,
-    "gpt2": _gpt2,
-    "gpt_neox": _gpt_neox,
-    "llama": _llama_like,
-    "mistral": _llama_like,
-    "mixtral": _llama_like,
-    "mt5": _t5,
-    "qwen2": _llama_like,
-    "roberta": _bert_like,
-    "t5": _t5,
-}
+#: every supported model_type; a new one is one record here (and a row in the module docstring)
+_FAMILIES: Mapping[str, _Family] = MappingProxyType({
+    family.model_type: family
+    for family in (
+        _Family("bert", "BertForMaskedLM", _bert_like),
+        _Family("gpt2", "GPT2LMHeadModel", _gpt2),
+        _Family("gpt_neox", "GPTNeoXForCausalLM", _gpt_neox),
+        _Family("llama", "LlamaForCausalLM", _llama_like, max_positions=2048),
+        _Family("mistral", "MistralForCausalLM", _llama_like, max_positions=4096 * 32),
+        _Family("mixtral", "MixtralForCausalLM", _llama_like, max_positions=4096 * 32),
+        _Family("mt5", "MT5ForConditionalGeneration", _t5),
+        _Family("qwen2", "Qwen2ForCausalLM", _llama_like, max_positions=32768),
+        _Family("roberta", "RobertaForMaskedLM", _bert_like),
+        _Family("t5", "T5ForConditionalGeneration", _t5),
+    )
+})
+SUPPORTED_MODEL_TYPES = tuple(sorted(_FAMILIES))
+#: transformers class whose parameters() count is reproduced, per model_type (derived from the table above)
+HF_CLASS: Mapping[str, str] = MappingProxyType({t: f.hf_class for t, f in _FAMILIES.items()})
 
 
 # ----------------------------------------------------------------------------- naming
@@ -475,7 +498,7 @@ def _naming(c: _Config, model_type: str) -> tuple[str, str]:
 # ----------------------------------------------------------------------------- entry point
 
 
-def model_from_hf_config(doc: dict, origin: str) -> Model:
+def model_from_hf_config(doc: object, origin: str) -> Model:
     """A zoo :class:`Model` from a parsed Hugging Face ``config.json``.
 
     ``origin`` names the file in error messages and in the model's source. An
@@ -493,13 +516,13 @@ def model_from_hf_config(doc: dict, origin: str) -> Model:
         raise DataFileError(
             f"{origin}: model_type {model_type!r} is not supported; supported: {', '.join(SUPPORTED_MODEL_TYPES)}"
         )
-    fields = family(c, model_type)
+    fields = family.build(c, family)
     model_id, name = _naming(c, model_type)
     fields.update(
         id=model_id,
         name=name,
         sources=[{"title": f"Hugging Face config.json: {origin}"}],
-        notes=f"params = sum of parameter sizes of transformers' {HF_CLASS[model_type]}, derived from config.json",
+        notes=f"params = sum of parameter sizes of transformers' {family.hf_class}, derived from config.json",
     )
     try:
         return Model.model_validate(fields)

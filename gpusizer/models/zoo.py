@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -82,7 +82,8 @@ class Model(BaseModel):
             for field in ("layers", "hidden", "heads", "ffn", "vocab"):
                 if getattr(self, field) is None:
                     raise ValueError(f"{field}: required for a {self.kind} model")
-            if self.kv_heads is not None and self.heads % self.kv_heads:
+            # heads is set (checked just above); the test says so to mypy
+            if self.heads is not None and self.kv_heads is not None and self.heads % self.kv_heads:
                 raise ValueError(f"kv_heads: {self.kv_heads} does not divide heads {self.heads}")
         else:
             if self.activation_bytes_per_sample_fp32 is None:
@@ -130,7 +131,7 @@ class Zoo(BaseModel):
         raise UsageError(f"unknown model {name!r}", hint=hint)
 
 
-def _parse(doc: Any, origin: str) -> tuple[Model, ...]:
+def _parse(doc: object, origin: str) -> tuple[Model, ...]:
     if not isinstance(doc, dict) or not isinstance(doc.get("models"), list):
         raise DataFileError(f"{origin}: expected 'models:' followed by a list of entries")
     out: list[Model] = []

@@ -42,11 +42,11 @@ def _tf32(gpu: Gpu, spec: Precision, tf32: bool) -> Peak | None:
 def _without_tensor(gpu: Gpu, spec: Precision, tf32: bool) -> Peak:
     """The rate where the GPU has no Tensor Core rate for ``spec`` in the catalog."""
     missing = f"the catalog has no {spec.name.upper()} Tensor Core rate for {gpu.id}"
-    if spec.without_tensor == "fp64":
+    if spec.without_tensor == "fp64-units":
         if gpu.fp64_tflops is None:
             raise UsageError(f"{gpu.id} has no FP64 figure in the catalog", hint="pick another precision")
         return gpu.fp64_tflops, "fp64", ()
-    if spec.without_tensor == "fp32":
+    if spec.without_tensor == "fp32-units":
         notes = () if spec.tensor_field is None else (f"{missing}; computing at the FP32 CUDA-core rate",)
         return gpu.fp32_tflops, "fp32 (CUDA cores)", notes
     if spec.without_tensor == "cuda-16bit":

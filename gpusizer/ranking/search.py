@@ -22,7 +22,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from gpusizer.choices import Mode
-from gpusizer.domain.parallelism import sharded_gpus
+from gpusizer.domain.parallelism import gpus_per_node_for, sharded_gpus, sharding_alternative
 from gpusizer.domain.precision import (
     RULE_PRECISIONS,
     check_mode,
@@ -297,8 +297,10 @@ def tensor_tflops(gpu: Gpu, precision: str) -> float | None:
     if name is None:
         return None
     value = getattr(gpu, name)
-    if value is None and precision == "bf16" and ARCH_ORDER.index(gpu.architecture) >= ARCH_ORDER.index("ampere"):
-        value = gpu.tensor_fp16_tflops
+    spec = precision_spec(precision)
+    if value is None and spec.same_rate_as and spec.same_rate_from \
+            and ARCH_ORDER.index(gpu.architecture) >= ARCH_ORDER.index(spec.same_rate_from):
+        value = tensor_tflops(gpu, spec.same_rate_as)
     return value
 
 
@@ -309,7 +311,7 @@ def precision_tflops(gpu: Gpu, precision: str) -> float | None:
     from gpusizer.performance.peak import peak_tflops
 
     try:
-        return peak_tflops(gpu, precision, tf32=precision != "fp32")[0]
+        return peak_tflops(gpu, precision, tf32=_tf32_in_rules(precision))[0]
     except UsageError:
         return None  # e.g. no FP64 figure in the catalog
 
@@ -411,7 +413,13 @@ def model_precision(precision: str, mode: str) -> tuple[str, bool]:
     fp8 trains like mixed precision and serves with one-byte weights.
     ``fp32`` means strict FP32 (no TF32); ``tf32`` asks for TF32.
     """
-    return storage_precision(precision, mode), precision != "fp32"
+    return storage_precision(precision, mode), _tf32_in_rules(precision)
+
+
+def _tf32_in_rules(precision: str) -> bool:
+    """Rules read ``fp32`` as strict FP32 and ``tf32`` as the TF32 path, so TF32 is
+    allowed for every precision but the one whose matmuls it would replace."""
+    return precision_spec(precision).tf32_field is None
 
 
 def _check_request(req: RecommendRequest, rules: RuleSet) -> tuple[Workload, str]:
@@ -814,7 +822,7 @@ def _show(value: Any) -> str:
 def _sharded_need(gfit: GpuFit, req: RecommendRequest, cfg: RunConfig) -> tuple[str, int | None]:
     """The sharding strategy to suggest (the user's, else tp to serve, fsdp to train) and
     the fewest GPUs that hold the model with it (memory.fewest_gpus)."""
-    alternative = cfg.strategy if cfg.strategy != "ddp" else ("tp" if cfg.mode == "inference" else "fsdp")
+    alternative = sharding_alternative(cfg.strategy, cfg.mode)
     if req.shape is None:
         return alternative, None
     return alternative, fewest_gpus(req.shape, cfg.model_copy(update={"strategy": alternative}), gfit.memory_bytes)
@@ -844,7 +852,7 @@ def _sharded_options(results: Sequence[GpuResult], req: RecommendRequest, cfg: R
         strategy, need = _sharded_need(res.fit, req, cfg)
         if need is None:
             continue
-        per_node = need if strategy == "tp" else -(-need // req.nodes)
+        per_node = gpus_per_node_for(strategy, need, req.nodes)
         if strategy == cfg.strategy and per_node <= req.gpus_per_node:
             continue  # the run as given already has that many: nothing new to suggest
         total = per_node * req.nodes

@@ -3,9 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING
 
+from gpusizer.render.common import NA, fmt, fmt_ratio
 from gpusizer.units import format_bytes
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from gpusizer.hardware.browse import Comparison
+    from gpusizer.hardware.catalog import Gpu
 
 # --------------------------------------------------------------------------
 # catalog
@@ -25,10 +32,9 @@ LIST_COLUMNS: tuple[tuple[str, str], ...] = (
     ("gpudirect_rdma", "RDMA"),
     ("launch_price_usd", "launch $"),
 )
-from gpusizer.render.common import fmt, fmt_ratio
 
 
-def catalog_table(gpus: Iterable[Any], title: str | None = None) -> Any:
+def catalog_table(gpus: Iterable[Gpu], title: str | None = None) -> Table:
     from rich import box
     from rich.table import Table
     from rich.text import Text
@@ -43,7 +49,7 @@ def catalog_table(gpus: Iterable[Any], title: str | None = None) -> Any:
     return table
 
 
-def gpu_detail(gpu: Any) -> Any:
+def gpu_detail(gpu: Gpu) -> Table:
     from rich.table import Table
 
     table = Table(title=f"{gpu.name} ({gpu.id})", title_justify="left", show_header=False)
@@ -54,7 +60,7 @@ def gpu_detail(gpu: Any) -> Any:
             continue
         value = getattr(gpu, field)
         if field == "aliases":
-            value = ", ".join(value) or "n/a"
+            value = ", ".join(value) or NA
         elif field == "memory_gib":
             value = f"{fmt(value)} GiB ({format_bytes(gpu.memory_bytes, binary=False)})"
         table.add_row(field, fmt(value) if not isinstance(value, str) else value)
@@ -64,7 +70,7 @@ def gpu_detail(gpu: Any) -> Any:
     return table
 
 
-def comparison_table(comparison: Any) -> Any:
+def comparison_table(comparison: Comparison) -> Table:
     from rich.table import Table
 
     first = comparison.gpus[0].id
@@ -74,7 +80,7 @@ def comparison_table(comparison: Any) -> Any:
         table.add_column(gpu.id, justify="right")
     for row in comparison.rows:
         cells = []
-        for i, (value, ratio) in enumerate(zip(row.values, row.ratios)):
+        for i, (value, ratio) in enumerate(zip(row.values, row.ratios, strict=True)):
             text = fmt(value)
             if i > 0 and ratio is not None:
                 text += f" ({fmt_ratio(ratio)})"

@@ -1,19 +1,41 @@
 """Turning results into rich tables for people, or one JSON document for scripts.
 
 Rich decides on colour: it honours NO_COLOR, FORCE_COLOR and non-TTY output.
-``--no-color`` wins over all of them. JSON never goes through rich."""
+``--no-color`` wins over all of them. JSON never goes through rich.
+
+This module is the one place that says how a missing value and a boolean look
+in human output (:data:`NA`, :func:`show_value`, :func:`show_bool`, :func:`fmt`);
+the other render modules use it rather than spelling "n/a" or "yes"/"no"."""
 
 from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 SCHEMA_VERSION = 1
 
+#: How a missing value (``None``) is shown in tables and text. JSON keeps ``null``.
+NA = "n/a"
 
-def make_console(*, stderr: bool = False, no_color: bool = False) -> Any:
+_T = TypeVar("_T")
+
+
+def show_bool(value: bool, yes: str = "yes", no: str = "no") -> str:
+    """How a boolean is shown: "yes"/"no", or the two words given (e.g. "on"/"off")."""
+    return yes if value else no
+
+
+def show_value(value: _T | None, formatter: Callable[[_T], str] = str) -> str:
+    """:data:`NA` for ``None``, else ``formatter(value)``."""
+    return NA if value is None else formatter(value)
+
+
+def make_console(*, stderr: bool = False, no_color: bool = False) -> Console:
     import os
 
     from rich.console import Console
@@ -45,12 +67,13 @@ def emit_json(document: Mapping[str, Any]) -> None:
     sys.stdout.write("\n")
 
 
-def fmt(value: Any, digits: int = 1) -> str:
-    """Format a catalog value for a table cell; None shows as 'n/a'."""
+def fmt(value: object, digits: int = 1) -> str:
+    """Format a catalog value for a table cell: None as :data:`NA`, booleans by
+    :func:`show_bool`, numbers with thousands separators and ``digits`` decimals."""
     if value is None:
-        return "n/a"
+        return NA
     if isinstance(value, bool):
-        return "yes" if value else "no"
+        return show_bool(value)
     if isinstance(value, float):
         if value.is_integer() and abs(value) >= 10:
             return f"{int(value):,}"
@@ -63,8 +86,9 @@ def fmt(value: Any, digits: int = 1) -> str:
 
 
 def fmt_ratio(ratio: float | None) -> str:
+    """A ratio as "1.23x"; None as :data:`NA`."""
     if ratio is None:
-        return "n/a"
+        return NA
     if ratio >= 10:
         return f"{ratio:.0f}x"
     if ratio >= 0.1:

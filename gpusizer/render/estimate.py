@@ -7,10 +7,18 @@ Everything shown comes from the engine's frozen results (gpusizer.performance);
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from gpusizer.render.common import bar, fmt
 from gpusizer.units import format_bytes, format_count
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from gpusizer.hardware.catalog import Gpu
+    from gpusizer.performance.estimate import PerfEstimate
+    from gpusizer.performance.planning import ScalingPoint, TrainingTime
 
 
 def _rate(value: float, unit: str) -> str:
@@ -48,7 +56,8 @@ SPEED_KEYS: tuple[str, ...] = (
 
 
 def estimate_json(
-    est: Any, *, gpu: Any, batch: Any, memory: Any, curve: Any, training: Any, inputs: dict[str, Any],
+    est: PerfEstimate, *, gpu: Gpu, batch: str, memory: dict[str, Any], curve: Sequence[ScalingPoint],
+    training: TrainingTime | None, inputs: Mapping[str, Any],
 ) -> dict[str, Any]:
     """The ``results`` object of ``gpusizer estimate --json``."""
     return {
@@ -65,7 +74,7 @@ def estimate_json(
     }
 
 
-def nothing_fits_json(gpu: Any, reason: str, hint: str | None, memory: dict[str, Any]) -> dict[str, Any]:
+def nothing_fits_json(gpu: Gpu, reason: str, hint: str | None, memory: dict[str, Any]) -> dict[str, Any]:
     """The ``results`` object of ``gpusizer estimate --json`` when not even batch 1 fits
     (exit code 4): the keys of :func:`estimate_json`, null, plus ``fits``, ``reason`` and ``hint``."""
     return {
@@ -95,7 +104,7 @@ def _miss_share() -> str:
     return f"; {1 - within:.0%} of held-out cases miss by over 20%"
 
 
-def summary_table(est: Any, gpu: Any, inputs: dict[str, Any], batch_note: str) -> Any:
+def summary_table(est: PerfEstimate, gpu: Gpu, inputs: Mapping[str, Any], batch_note: str) -> Table:
     from rich import box
     from rich.table import Table
 
@@ -128,7 +137,7 @@ def summary_table(est: Any, gpu: Any, inputs: dict[str, Any], batch_note: str) -
     return table
 
 
-def breakdown_table(est: Any) -> Any:
+def breakdown_table(est: PerfEstimate) -> Table:
     """Busy time of each resource in one step; the binding resource is marked."""
     from rich import box
     from rich.table import Table
@@ -141,7 +150,7 @@ def breakdown_table(est: Any) -> Any:
           f"{_seconds(max(0.0, est.comm_s - est.comm_exposed_s))} hidden behind compute") if est.comm_s else "none"),
     ]
     if est.overhead_s:
-        launch = {True: "; each step one CUDA graph", False: "; kernels launched one by one"}.get(est.cuda_graphs, "")
+        launch = {True: "; each step one CUDA graph", False: "; kernels launched one by one", None: ""}[est.cuda_graphs]
         rows.append(("fixed overhead", est.overhead_s, f"kernel launches and synchronisation per layer{launch}"))
     longest = max([t for _, t, _ in rows] + [est.step_time_s]) or 1.0
     table = Table(title=f"Step time {_seconds(est.step_time_s)}: {est.bound}-bound", title_justify="left",
@@ -160,7 +169,7 @@ def breakdown_table(est: Any) -> Any:
     return table
 
 
-def scaling_table(points: Any, unit: str) -> Any:
+def scaling_table(points: Sequence[ScalingPoint], unit: str) -> Table:
     """The scaling curve: speed-up against GPU count, drawn with bars."""
     from rich import box
     from rich.table import Table
@@ -181,7 +190,7 @@ def scaling_table(points: Any, unit: str) -> Any:
     return table
 
 
-def training_table(tt: Any) -> Any:
+def training_table(tt: TrainingTime) -> Table:
     from rich import box
     from rich.table import Table
 

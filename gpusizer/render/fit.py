@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gpusizer.render.common import bar, fmt
+from gpusizer.render.common import bar, fmt, show_bool, show_value
 from gpusizer.units import format_bytes, format_count
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from gpusizer.memory.fit import FitReport
 
 COMPONENTS: tuple[tuple[str, str], ...] = (
     ("weights_bytes", "weights"),
@@ -19,7 +24,7 @@ COMPONENTS: tuple[tuple[str, str], ...] = (
 )
 
 
-def fit_json(report: Any) -> dict[str, Any]:
+def fit_json(report: FitReport) -> dict[str, Any]:
     b = report.breakdown
     return {
         "model": report.model_name,
@@ -32,7 +37,7 @@ def fit_json(report: Any) -> dict[str, Any]:
     }
 
 
-def breakdown_table(report: Any) -> Any:
+def breakdown_table(report: FitReport) -> Table:
     from rich.table import Table
 
     b = report.breakdown
@@ -66,7 +71,7 @@ def breakdown_table(report: Any) -> Any:
     return table
 
 
-def gpu_table(report: Any, limit: int | None = None) -> Any:
+def gpu_table(report: FitReport, limit: int | None = None) -> Table:
     from rich import box
     from rich.table import Table
 
@@ -90,13 +95,12 @@ def gpu_table(report: Any, limit: int | None = None) -> Any:
         label = g.gpu_id or g.gpu_name
         mem = format_bytes(g.memory_bytes) + (" free" if g.capacity_source == "probe-free" else "")
         if rule:
-            extra = format_count(g.rule_of_thumb_params)
+            extra = show_value(g.rule_of_thumb_params, format_count)
         elif g.max_batch is None and g.fits:
             extra = "unknown"  # --params only: activations, which set the batch, are not modelled
         else:
             extra = fmt(g.max_batch)
         table.add_row(
-            label, mem, "yes" if g.fits else "no", format_bytes(g.headroom_bytes), extra,
-            fmt(g.min_gpus) if g.min_gpus is not None else "n/a",
+            label, mem, show_bool(g.fits), format_bytes(g.headroom_bytes), extra, fmt(g.min_gpus),
         )
     return table

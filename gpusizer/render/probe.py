@@ -1,6 +1,7 @@
 """Turning a :class:`gpusizer.hardware.probe.ProbeReport` into rich tables and JSON.
 
-``None`` is shown as "n/a" in tables and stays ``null`` in JSON.
+``None`` is shown as :data:`~gpusizer.render.common.NA` in tables and stays
+``null`` in JSON.
 """
 
 from __future__ import annotations
@@ -19,19 +20,15 @@ from gpusizer.hardware.probe import (
     GpuPair,
     ProbeReport,
 )
+from gpusizer.render.common import NA, show_bool, show_value
 from gpusizer.units import format_bytes
 
-NA = "n/a"
 #: Devices per table before the table is split (keeps 8-GPU hosts readable).
 COLUMNS_PER_TABLE = 4
 
 
-def _na(value: Any) -> str:
-    return NA if value is None else str(value)
-
-
 def _on_off(value: bool | None) -> str:
-    return NA if value is None else ("on" if value else "off")
+    return show_value(value, lambda on: show_bool(on, "on", "off"))
 
 
 def _mode(current: bool | None, pending: bool | None) -> str:
@@ -41,10 +38,10 @@ def _mode(current: bool | None, pending: bool | None) -> str:
     return text
 
 
-def _pair(a: Any, b: Any, unit: str = "", sep: str = " / ") -> str:
+def _pair(a: object, b: object, unit: str = "", sep: str = " / ") -> str:
     if a is None and b is None:
         return NA
-    return f"{_na(a)}{sep}{_na(b)}{unit}"
+    return f"{show_value(a)}{sep}{show_value(b)}{unit}"
 
 
 def _watts(value: float | None) -> str | None:
@@ -54,8 +51,8 @@ def _watts(value: float | None) -> str | None:
 def _pcie(d: DeviceSnapshot) -> str:
     if d.pcie_gen is None and d.pcie_width is None and d.pcie_gen_max is None and d.pcie_width_max is None:
         return NA
-    now = f"gen {_na(d.pcie_gen)} x{_na(d.pcie_width)}"
-    top = f"gen {_na(d.pcie_gen_max)} x{_na(d.pcie_width_max)}"
+    now = f"gen {show_value(d.pcie_gen)} x{show_value(d.pcie_width)}"
+    top = f"gen {show_value(d.pcie_gen_max)} x{show_value(d.pcie_width_max)}"
     return now if now == top else f"{now} (max {top})"
 
 
@@ -91,25 +88,21 @@ def _catalog(r: DeviceReport) -> Text:
     return Text(r.match.gpu_id, style="green")
 
 
-def _bytes(value: int | None) -> str:
-    return format_bytes(value) if value is not None else NA
-
-
 Row = tuple[str, Callable[[DeviceReport], "str | Text"]]
 
 ROWS: tuple[Row, ...] = (
-    ("Name", lambda r: _na(r.device.name)),
+    ("Name", lambda r: show_value(r.device.name)),
     ("Catalog entry", _catalog),
-    ("UUID", lambda r: _na(r.device.uuid)),
-    ("PCI bus id", lambda r: _na(r.device.pci_bus_id)),
-    ("Memory total", lambda r: _bytes(r.device.memory_total_bytes)),
-    ("Memory used", lambda r: _bytes(r.device.memory_used_bytes)),
-    ("Memory free", lambda r: _bytes(r.device.memory_free_bytes)),
-    ("Compute capability", lambda r: _na(r.device.compute_capability)),
+    ("UUID", lambda r: show_value(r.device.uuid)),
+    ("PCI bus id", lambda r: show_value(r.device.pci_bus_id)),
+    ("Memory total", lambda r: show_value(r.device.memory_total_bytes, format_bytes)),
+    ("Memory used", lambda r: show_value(r.device.memory_used_bytes, format_bytes)),
+    ("Memory free", lambda r: show_value(r.device.memory_free_bytes, format_bytes)),
+    ("Compute capability", lambda r: show_value(r.device.compute_capability)),
     ("ECC", lambda r: _mode(r.device.ecc_mode_current, r.device.ecc_mode_pending)),
     ("ECC errors (corr./uncorr.)", lambda r: _pair(r.device.ecc_errors_corrected, r.device.ecc_errors_uncorrected)),
     ("Power (draw / limit)", lambda r: _pair(_watts(r.device.power_draw_w), _watts(r.device.power_limit_w), " W")),
-    ("Temperature", lambda r: NA if r.device.temperature_c is None else f"{r.device.temperature_c} °C"),
+    ("Temperature", lambda r: show_value(r.device.temperature_c, lambda t: f"{t} °C")),
     ("SM clock (now / max)", lambda r: _pair(r.device.sm_clock_mhz, r.device.sm_clock_max_mhz, " MHz")),
     ("Memory clock (now / max)", lambda r: _pair(r.device.mem_clock_mhz, r.device.mem_clock_max_mhz, " MHz")),
     ("PCIe link", lambda r: _pcie(r.device)),
@@ -130,9 +123,9 @@ def _host_table(report: ProbeReport) -> Table:
     table = Table(title=title, show_header=False, title_justify="left")
     table.add_column("Field", style="bold")
     table.add_column("Value")
-    table.add_row("NVIDIA driver", _na(host.driver_version))
-    table.add_row("CUDA (driver supports up to)", _na(host.cuda_driver_version))
-    table.add_row("NVML", _na(host.nvml_version))
+    table.add_row("NVIDIA driver", show_value(host.driver_version))
+    table.add_row("CUDA (driver supports up to)", show_value(host.cuda_driver_version))
+    table.add_row("NVML", show_value(host.nvml_version))
     lost = sum(1 for d in host.devices if d.lost)
     table.add_row("GPUs", f"{len(host.devices)}" + (f" ({lost} lost)" if lost else ""))
     return table

@@ -7,10 +7,16 @@ their own lines under each row, which a rich Table cannot span.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
-from gpusizer.render.common import bar, fmt
+from gpusizer.render.common import NA, bar, fmt, show_bool, show_value
 from gpusizer.units import format_bytes, format_count
+
+if TYPE_CHECKING:
+    from rich.text import Text
+
+    from gpusizer.ranking.search import GpuResult, Recommendation
 
 #: Column labels for key-spec fields; {p} is the working precision.
 FIELD_LABELS: dict[str, str] = {
@@ -33,23 +39,23 @@ FIELD_LABELS: dict[str, str] = {
 }
 UNIT_SHORT = {"images/s": "img/s", "sequences/s": "seq/s", "tokens/s": "tok/s"}
 MODE_WORDS = {"train": "training", "inference": "inference"}
-PRECISION_WORDS = {
-    "fp64": "FP64 (double precision)",
-    "fp32": "FP32 (strict: no TF32)",
-    "tf32": "TF32 matrix multiplies, FP32 storage",
-    "mixed": "mixed (AMP: FP16/BF16 Tensor Core math, FP32 master weights)",
-    "fp16": "FP16 (pure 16-bit)",
-    "bf16": "BF16 (pure 16-bit)",
-    "fp8": "FP8 Tensor Core math",
-    "int8": "INT8",
-}
+
+
+def precision_words(precision: str, tf32: bool) -> str:
+    """The precision table's description; strict FP32 says so (the rules read fp32
+    as strict and name tf32 apart)."""
+    from gpusizer.domain.precision import precision_spec
+
+    spec = precision_spec(precision)
+    strict = "; strict here: no TF32" if spec.tf32_field is not None and not tf32 else ""
+    return spec.description + strict
 
 
 def field_label(field: str, precision: str) -> str:
     return FIELD_LABELS.get(field, field).format(p=precision)
 
 
-def recommend_json(rec: Any) -> dict[str, Any]:
+def recommend_json(rec: Recommendation) -> dict[str, Any]:
     """The ``results`` of ``recommend --json``: every GPU with every rule's contribution."""
     return rec.model_dump(mode="json")
 
@@ -58,17 +64,17 @@ def recommend_json(rec: Any) -> dict[str, Any]:
 # header
 
 
-def header_lines(rec: Any, rules_files: tuple[str, ...] = ()) -> list[tuple[str, str]]:
+def header_lines(rec: Recommendation, rules_files: tuple[str, ...] = ()) -> list[tuple[str, str]]:
     gpus = rec.gpus_per_node * rec.nodes
     cluster = f"{gpus} GPU{'s' if gpus > 1 else ''}"
     if rec.nodes > 1 or rec.gpus_per_node > 1:
         cluster += f" ({rec.nodes} node{'s' if rec.nodes > 1 else ''} x {rec.gpus_per_node} per node)"
-    read = f"precision {rec.precision} ({rec.precision_from}): {PRECISION_WORDS.get(rec.precision, rec.precision)}"
+    read = f"precision {rec.precision} ({rec.precision_from}): {precision_words(rec.precision, rec.tf32)}"
     if rec.speed_method == "performance-model":
         read = f"{MODE_WORDS[rec.mode]}, {read}"
     read += f"; {cluster}"
     if rec.model_name:
-        read += f"; model {rec.model_name} ({format_count(rec.params)} params)"
+        read += f"; model {rec.model_name} ({show_value(rec.params, format_count)} params)"
     if rec.model_precision != rec.precision and rec.model_name:
         read += f", sized as {rec.model_precision}"
     weights = " · ".join(f"{c.id} {c.weight:g} ({c.field})" for c in sorted(rec.criteria, key=lambda c: -c.weight))
@@ -90,39 +96,39 @@ def header_lines(rec: Any, rules_files: tuple[str, ...] = ()) -> list[tuple[str,
 # table
 
 
-def _speed_cells(r: Any) -> tuple[str, str]:
+def _speed_cells(r: GpuResult) -> tuple[str, str]:
     s = r.speed
     if s is None or s.throughput_per_s is None:
-        return "n/a", (s.note if s is not None and s.note else "")
+        return NA, (s.note if s is not None and s.note else "")
     rel = f"{s.relative:.2f} {bar(s.relative, 8)}" if s.relative is not None else ""
     unit = UNIT_SHORT.get(s.unit, s.unit)
     return rel, f"{fmt(float(s.throughput_per_s))} {unit}".strip()
 
 
-def _value_cell(r: Any) -> str:
+def _value_cell(r: GpuResult) -> str:
     if r.value_per_kusd is not None:
         return fmt(float(r.value_per_kusd))
-    return r.value_note or "n/a"
+    return r.value_note or NA
 
 
-def _price_cell(r: Any) -> str:
+def _price_cell(r: GpuResult) -> str:
     return f"${r.price_total_usd:,.0f}" if r.price_total_usd is not None else "unknown"
 
 
-def _fits_cell(r: Any) -> str:
+def _fits_cell(r: GpuResult) -> str:
     if r.fits is None:
-        return "-"
+        return "-"  # no model given: the fit was not checked
     if r.fit is not None and r.fits:
-        return f"yes ({format_bytes(r.fit.headroom_bytes, digits=1)} spare)"
-    return "no"
+        return f"{show_bool(True)} ({format_bytes(r.fit.headroom_bytes, digits=1)} spare)"
+    return show_bool(False)
 
 
-def _value_text(value: Any) -> str:
-    return fmt(value)
-
-
-def table_rows(rec: Any, results: Any) -> tuple[list[str], list[list[str]], list[bool]]:
-    value_unit = rec.value_unit.replace("images/s", "img/s").replace("sequences/s", "seq/s").replace("tokens/s", "tok/s")
+def table_rows(
+    rec: Recommendation, results: Sequence[GpuResult],
+) -> tuple[list[str], list[list[str]], list[bool]]:
+    value_unit = rec.value_unit
+    for unit, short in UNIT_SHORT.items():
+        value_unit = value_unit.replace(unit, short)
     headers = ["#", "GPU", "score", *(field_label(f, rec.precision) for f in rec.key_fields), "fits", "rel. speed",
                "speed", "price", value_unit or "value"]
     numeric = [True, False, True, *([True] * len(rec.key_fields)), False, False, True, True, True]
@@ -131,7 +137,7 @@ def table_rows(rec: Any, results: Any) -> tuple[list[str], list[list[str]], list
         rel, absolute = _speed_cells(r)
         rows.append([
             str(r.rank) if r.rank is not None else "-", r.label, f"{r.score:.1f}",
-            *(_value_text(r.key_specs.get(f)) for f in rec.key_fields),
+            *(fmt(r.key_specs.get(f)) for f in rec.key_fields),
             _fits_cell(r), rel, absolute, _price_cell(r), _value_cell(r),
         ])
     return headers, rows, numeric
@@ -141,17 +147,17 @@ def _layout(headers: list[str], rows: list[list[str]], numeric: list[bool]) -> t
     widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h) for i, h in enumerate(headers)]
 
     def line(cells: list[str]) -> str:
-        out = [(c.rjust(w) if num else c.ljust(w)) for c, w, num in zip(cells, widths, numeric)]
+        out = [(c.rjust(w) if num else c.ljust(w)) for c, w, num in zip(cells, widths, numeric, strict=True)]
         return "  ".join(out).rstrip()
 
     return line(headers), [line(r) for r in rows]
 
 
-def reason_lines(r: Any, limit: int = 3) -> list[str]:
+def reason_lines(r: GpuResult, limit: int = 3) -> list[str]:
     """The top ``limit`` contributions, then every advisory that fired."""
     out = []
     for c in r.reasons[:limit]:
-        value = fmt(c.value) if not isinstance(c.value, bool) else ("yes" if c.value else "no")
+        value = fmt(c.value)
         best = f" (best {fmt(c.best)})" if c.best is not None and not isinstance(c.value, bool) else ""
         out.append(f"+{c.points:4.1f} {c.field} {value}{best}: {c.message}")
     for a in r.advisories:
@@ -161,18 +167,18 @@ def reason_lines(r: Any, limit: int = 3) -> list[str]:
     return out
 
 
-def ranking_text(rec: Any, *, reasons: int = 3) -> str:
+def ranking_text(rec: Recommendation, *, reasons: int = 3) -> str:
     headers, rows, numeric = table_rows(rec, rec.ranked)
     head, lines = _layout(headers, rows, numeric)
     indent = " " * 4
     out = [head, "-" * len(head)]
-    for r, line in zip(rec.ranked, lines):
+    for r, line in zip(rec.ranked, lines, strict=True):
         out.append(line)
         out.extend(indent + reason for reason in reason_lines(r, reasons))
     return "\n".join(out)
 
 
-def excluded_text(rec: Any) -> str:
+def excluded_text(rec: Recommendation) -> str:
     if not rec.excluded:
         return "Excluded: none"
     out = [f"Excluded ({len(rec.excluded)}):"]
@@ -183,7 +189,7 @@ def excluded_text(rec: Any) -> str:
     return "\n".join(out)
 
 
-def sharded_text(rec: Any) -> str:
+def sharded_text(rec: Recommendation) -> str:
     """GPUs the memory fit alone excluded, and the sharded run that would hold the model."""
     lines = [f"Excluded only because {rec.model_name} does not fit as configured; sharded, it fits on:"]
     for opt in rec.sharded_options:
@@ -194,10 +200,12 @@ def sharded_text(rec: Any) -> str:
     return "\n".join(lines)
 
 
-def recommend_renderables(rec: Any, *, show_excluded: bool = False, rules_files: tuple[str, ...] = ()) -> list[Any]:
+def recommend_renderables(
+    rec: Recommendation, *, show_excluded: bool = False, rules_files: tuple[str, ...] = (),
+) -> list[Text]:
     from rich.text import Text
 
-    parts: list[Any] = []
+    parts: list[Text] = []
     for key, value in header_lines(rec, rules_files):
         line = Text(f"{key:<12}", style="bold")
         line.append(value)
