@@ -62,9 +62,9 @@ from gpusizer.domain.run import RunConfig  # noqa: E402
 from gpusizer.domain.shape import ModelShape, shape_from_model  # noqa: E402
 from gpusizer.hardware.catalog import Gpu, load_catalog  # noqa: E402
 from gpusizer.models.zoo import load_zoo  # noqa: E402
-from gpusizer.performance.calibration import Calibration, Efficiency, load_calibration
-from gpusizer.performance.estimate import estimate_performance
-from gpusizer.performance.work import workload_class
+from gpusizer.performance.calibration import Calibration, Efficiency, load_calibration  # noqa: E402
+from gpusizer.performance.estimate import estimate_performance  # noqa: E402
+from gpusizer.performance.work import workload_class  # noqa: E402
 
 REFS = ROOT / "tests" / "data" / "perf_refs.yaml"
 OUT = ROOT / "data" / "calibration.yaml"
@@ -311,7 +311,7 @@ def spearman(xs: list[float], ys: list[float]) -> float:
 
     rx, ry = ranks(xs), ranks(ys)
     mx, my = statistics.fmean(rx), statistics.fmean(ry)
-    num = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
+    num = sum((a - mx) * (b - my) for a, b in zip(rx, ry, strict=True))
     den = math.sqrt(sum((a - mx) ** 2 for a in rx) * sum((b - my) ** 2 for b in ry))
     return num / den if den else float("nan")
 
@@ -575,7 +575,8 @@ def _sweep(cal: Calibration, calib: list[Case], multi: list[tuple[Case, list[Cas
                 lo = target.efficiencies[idx].graph_layer_overhead_us
             linear = name in ("layer_overhead_us", "graph_layer_overhead_us")
 
-            def f(x: float, name: str = name, linear: bool = linear) -> float:
+            def f(x: float, name: str = name, linear: bool = linear, rows: Any = rows, target: Any = target,
+                  idx: int = idx) -> float:
                 value = x if linear else math.exp(x)
                 return _loss(rows, _replace_entry(target, idx, **{name: value}))
 

@@ -831,10 +831,11 @@ def run_inference(case: Case, opts: Options) -> dict[str, Any]:
         gpu = _gpu_ctx(opts)
         after_prefill: dict[str, int] = {}
         def classify_cache() -> list[torch.Tensor]:
-            kv = [t for layer in cache.layers for t in (layer.keys, layer.values)
+            # `cache` and `tracker` are bound before this runs (the `del` below confuses linters)
+            kv = [t for layer in cache.layers for t in (layer.keys, layer.values)  # noqa: F821
                   if isinstance(t, torch.Tensor)]
             for t in kv:
-                tracker.classify(t, "kv_cache")
+                tracker.classify(t, "kv_cache")  # noqa: F821
             return kv
 
         with gpu, tracker, torch.no_grad():
@@ -936,9 +937,9 @@ def slope(xs: tuple[int, ...], ys: list[int]) -> tuple[float, float, float]:
     n = len(xs)
     mx, my = sum(xs) / n, sum(ys) / n
     sxx = sum((x - mx) ** 2 for x in xs)
-    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx
     a = my - b * mx
-    resid = max(abs(y - (a + b * x)) for x, y in zip(xs, ys))
+    resid = max(abs(y - (a + b * x)) for x, y in zip(xs, ys, strict=True))
     return b, a, resid
 
 
@@ -966,7 +967,7 @@ def measure_activations(zid: str, opts: Options) -> dict[str, Any]:
             sb, sa, sresid = slope(ACT_BATCHES, [r["saved_activations"] + r["saved_weight_copies"]
                                                  for r in rows])
             out[prec] = {
-                "live_bytes": dict(zip(ACT_BATCHES, lives)),
+                "live_bytes": dict(zip(ACT_BATCHES, lives, strict=True)),
                 "slope": b,
                 "intercept": a,
                 "max_residual": resid,

@@ -313,7 +313,7 @@ def test_cached_catalog_equals_the_validated_one(tmp_path):
     assert len(list(tmp_path.glob("catalog-*.json"))) == 1
     second = _fresh_load([], tmp_path)  # built from the dump without validating
     assert second == first
-    for a, b in zip(first.gpus, second.gpus):
+    for a, b in zip(first.gpus, second.gpus, strict=True):
         assert a == b and hash(a) == hash(b)
         assert isinstance(b.aliases, tuple) and isinstance(b.sources, tuple)
         assert all(type(s).__name__ == "Source" and isinstance(s.fields, tuple) for s in b.sources)

@@ -11,14 +11,13 @@ from typing import Annotated
 
 import typer
 
-from gpusizer import choices
+from gpusizer.choices import Phase
 from gpusizer.cli.options import (
     CatalogOpt,
     CheckpointOpt,
     FlashOpt,
     GpusPerNodeOpt,
     GradAccumOpt,
-    HeadOpt,
     HeadOptT,
     HfConfigOpt,
     ImageOpt,
@@ -26,11 +25,9 @@ from gpusizer.cli.options import (
     JsonOpt,
     ModelOpt,
     NodesOpt,
-    OptimizerOpt,
     OptimizerOptT,
     ParamsOpt,
     SeqOpt,
-    StrategyOpt,
     StrategyOptT,
     TrainOpt,
     _cache_dir,
@@ -42,23 +39,20 @@ from gpusizer.cli.options import (
 from gpusizer.cli.root import app, guarded
 from gpusizer.domain.precision import (
     ALL_PRECISIONS,
+    PrecisionName,
 )
 from gpusizer.errors import ExitCode, NothingFitsError
-
-EstPrecisionOpt = choices.choice_enum("EstPrecisionOpt", ALL_PRECISIONS)
-PhaseOpt = choices.choice_enum("PhaseOpt", choices.PHASES)
-
 
 GpuOpt = Annotated[str, typer.Option("--gpu", help="GPU name or id, e.g. 'A100 80GB SXM4', 'RTX 2080 Ti', v100.")]
 NicsOpt = Annotated[int | None, typer.Option(
     "--nics-per-node", min=1, help="Network ports per node used by NCCL (DGX-class nodes have one per GPU). Default 1.")]
-EstPrecisionOptT = Annotated[EstPrecisionOpt | None, typer.Option("--precision", help=precision_help(
+EstPrecisionOptT = Annotated[PrecisionName | None, typer.Option("--precision", help=precision_help(
     ALL_PRECISIONS, "Math precision; the memory model counts its storage precision. "))]
 NoTf32Opt = Annotated[bool, typer.Option("--no-tf32", help="Keep fp32 on FP32 CUDA cores on Ampere and newer.")]
 EstBatchOpt = Annotated[int | None, typer.Option(
     "--batch", min=1, help="Batch per GPU (per model replica with tp); for decode, concurrent sequences. "
                            "Default: the largest that fits, capped (shown).")]
-PhaseOptT = Annotated[PhaseOpt | None, typer.Option(
+PhaseOptT = Annotated[Phase | None, typer.Option(
     "--phase", help="Decoder inference: decode (tokens generated; --seq-len is the context) or prefill "
                     "(prompt processing). Default decode.")]
 CudaGraphsOpt = Annotated[bool, typer.Option(
@@ -94,9 +88,9 @@ def estimate_cmd(
     train: TrainOpt = True,
     phase: PhaseOptT = None,
     cuda_graphs: CudaGraphsOpt = True,
-    optimizer: OptimizerOptT = OptimizerOpt.adamw,
-    strategy: StrategyOptT = StrategyOpt.ddp,
-    head: HeadOptT = HeadOpt.lm,
+    optimizer: OptimizerOptT = "adamw",
+    strategy: StrategyOptT = "ddp",
+    head: HeadOptT = "lm",
     checkpointing: CheckpointOpt = False,
     flash_attention: FlashOpt = False,
     grad_accumulation: GradAccumOpt = 1,
@@ -112,12 +106,12 @@ def estimate_cmd(
 
     result = api.estimate(
         model, gpu=gpu, params=params, hf_config=hf_config, gpus=gpus, nodes=nodes, interconnect=interconnect,
-        nics_per_node=nics_per_node, precision=precision.value if precision else None, tf32=not no_tf32,
-        phase=phase.value if phase else None, cuda_graphs=cuda_graphs, grad_accumulation=grad_accumulation,
+        nics_per_node=nics_per_node, precision=precision, tf32=not no_tf32,
+        phase=phase, cuda_graphs=cuda_graphs, grad_accumulation=grad_accumulation,
         epochs=epochs, dataset_size=dataset_size, tokens=tokens, price_per_hour=price_per_hour,
         catalog=_load_catalog(catalog), cache_dir=_cache_dir(), mode="train" if train else "inference",
-        batch=batch, seq_len=seq_len, image_size=image_size, optimizer=optimizer.value, strategy=strategy.value,
-        head=head.value, checkpointing=checkpointing, flash_attention=flash_attention,
+        batch=batch, seq_len=seq_len, image_size=image_size, optimizer=optimizer, strategy=strategy,
+        head=head, checkpointing=checkpointing, flash_attention=flash_attention,
     )
     res = result.results
     if json_out:

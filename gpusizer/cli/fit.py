@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 
@@ -12,18 +12,14 @@ from gpusizer.cli.options import (
     CheckpointOpt,
     FlashOpt,
     GradAccumOpt,
-    HeadOpt,
     HeadOptT,
     HfConfigOpt,
     ImageOpt,
     JsonOpt,
     ModelOpt,
-    OptimizerOpt,
     OptimizerOptT,
     ParamsOpt,
-    PrecisionOpt,
     SeqOpt,
-    StrategyOpt,
     StrategyOptT,
     TopOpt,
     TrainOpt,
@@ -38,6 +34,7 @@ from gpusizer.cli.options import (
 from gpusizer.cli.root import app, guarded
 from gpusizer.domain.precision import (
     STORAGE_PRECISIONS,
+    StoragePrecision,
     default_precision,
 )
 from gpusizer.errors import ExitCode, UsageError
@@ -46,7 +43,7 @@ from gpusizer.errors import ExitCode, UsageError
 # fit-model
 
 
-FitPrecisionOpt = Annotated[PrecisionOpt | None, typer.Option(help=precision_help(
+FitPrecisionOpt = Annotated[StoragePrecision | None, typer.Option(help=precision_help(
     STORAGE_PRECISIONS, "How weights, gradients and optimizer state are stored: "))]
 
 
@@ -63,17 +60,17 @@ def fit_model_cmd(
     target_len: Annotated[int | None, typer.Option("--target-len", min=1, help="Encoder-decoder models: decoder length (default --seq-len).")] = None,
     train: TrainOpt = True,
     precision: FitPrecisionOpt = None,
-    optimizer: OptimizerOptT = OptimizerOpt.adamw,
+    optimizer: OptimizerOptT = "adamw",
     checkpointing: CheckpointOpt = False,
     flash_attention: FlashOpt = False,
-    head: HeadOptT = HeadOpt.lm,
+    head: HeadOptT = "lm",
     grad_accumulation: GradAccumOpt = 1,
     gpus: Annotated[int, typer.Option(min=1, help="GPUs the run is spread over.")] = 1,
-    strategy: StrategyOptT = StrategyOpt.ddp,
+    strategy: StrategyOptT = "ddp",
     gpu: Annotated[list[str] | None, typer.Option("--gpu", help="Check these GPUs (repeatable). Default: the whole catalog.")] = None,
     local: Annotated[bool, typer.Option("--local", help="Check this machine's GPUs and their free memory (NVML).")] = False,
     overhead: Annotated[str | None, typer.Option(help="Fixed per-GPU overhead (CUDA context), e.g. 800MiB. Default 500 MiB.")] = None,
-    method: Annotated[str, typer.Option(help="physics (default) or rule-of-thumb: (MB - 400) / 2 x 1024^2 / 4 params.")] = "physics",
+    method: Annotated[Literal["physics", "rule-of-thumb"], typer.Option(help="physics (default) or rule-of-thumb: (MB - 400) / 2 x 1024^2 / 4 params.")] = "physics",
     top: TopOpt = None,
     catalog: CatalogOpt = None,
     json_out: JsonOpt = False,
@@ -87,10 +84,10 @@ def fit_model_cmd(
     result = api.fit_model(
         model, params=params, hf_config=hf_config, gpu=gpu, probe=_local_report(catalog) if local else None,
         method=method, catalog=None if local else _load_catalog(catalog), cache_dir=_cache_dir(),
-        mode=mode, precision=precision.value if precision else default_precision(mode), optimizer=optimizer.value,
+        mode=mode, precision=precision or default_precision(mode), optimizer=optimizer,
         batch=batch, seq_len=seq_len, image_size=image_size, target_len=target_len, checkpointing=checkpointing,
-        flash_attention=flash_attention, head=head.value, persistent_grads=grad_accumulation > 1, gpus=gpus,
-        strategy=strategy.value, context_bytes=_parse_overhead(overhead),
+        flash_attention=flash_attention, head=head, persistent_grads=grad_accumulation > 1, gpus=gpus,
+        strategy=strategy, context_bytes=_parse_overhead(overhead),
     )
     if json_out:
         from gpusizer.render.common import emit_json

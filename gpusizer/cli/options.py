@@ -8,11 +8,8 @@ from typing import Annotated, Any
 
 import typer
 
-from gpusizer import choices
-from gpusizer.domain.parallelism import STRATEGIES
-from gpusizer.domain.precision import (
-    STORAGE_PRECISIONS,
-)
+from gpusizer.choices import Head, Optimizer
+from gpusizer.domain.parallelism import Strategy
 from gpusizer.errors import UsageError
 
 # --------------------------------------------------------------------------
@@ -69,10 +66,6 @@ def _warn(ctx: typer.Context, notes: list[str] | tuple[str, ...]) -> None:
             console.print(f"Note: {note}", markup=False, soft_wrap=True)
 
 
-PrecisionOpt = choices.choice_enum("PrecisionOpt", STORAGE_PRECISIONS)
-OptimizerOpt = choices.choice_enum("OptimizerOpt", choices.OPTIMIZERS)
-StrategyOpt = choices.choice_enum("StrategyOpt", STRATEGIES)
-HeadOpt = choices.choice_enum("HeadOpt", choices.HEADS)
 
 
 ParamsOpt = Annotated[str | None, typer.Option("--params", help="Parameter count: 60M, 1.3B, 7e9, 175B or 60000000.")]
@@ -85,10 +78,10 @@ FlashOpt = Annotated[bool, typer.Option(
                               "causal models compute half of it.")]
 ImageOpt = Annotated[int | None, typer.Option("--image-size", min=8, help="Image side in pixels (CNNs).")]
 TrainOpt = Annotated[bool, typer.Option("--train/--inference", help="Training step (default) or inference.")]
-OptimizerOptT = Annotated[OptimizerOpt, typer.Option(help="Optimizer (training).")]
-StrategyOptT = Annotated[StrategyOpt, typer.Option(
+OptimizerOptT = Annotated[Optimizer, typer.Option(help="Optimizer (training).")]
+StrategyOptT = Annotated[Strategy, typer.Option(
     help="ddp replicates; zero1/2/3 and fsdp shard over every GPU; tp splits each layer over a node's GPUs.")]
-HeadOptT = Annotated[HeadOpt, typer.Option(
+HeadOptT = Annotated[Head, typer.Option(
     help="Transformer output: lm = vocabulary logits for every token; classifier = a few classes.")]
 CheckpointOpt = Annotated[bool, typer.Option("--checkpointing", help="Activation recomputation.")]
 GradAccumOpt = Annotated[int, typer.Option(

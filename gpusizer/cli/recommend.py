@@ -5,13 +5,12 @@ Registered on ``gpusizer.cli.app`` when this module is imported.
 
 from __future__ import annotations
 
-from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from gpusizer import choices
+from gpusizer.choices import Sort
 from gpusizer.cli import options as cli
 from gpusizer.cli.options import (
     BatchOpt,
@@ -24,16 +23,14 @@ from gpusizer.cli.options import (
     JsonOpt,
     ModelOpt,
     NodesOpt,
-    OptimizerOpt,
     OptimizerOptT,
     ParamsOpt,
     SeqOpt,
-    StrategyOpt,
     StrategyOptT,
     precision_help,
 )
 from gpusizer.cli.root import app, guarded
-from gpusizer.domain.precision import RULE_PRECISIONS
+from gpusizer.domain.precision import RULE_PRECISIONS, PrecisionName
 from gpusizer.errors import ExitCode
 
 #: What each bundled workload means (the rules file says what matters for it).
@@ -46,13 +43,8 @@ WORKLOAD_HELP = (
 )
 
 
-RecPrecisionOpt = choices.choice_enum("RecPrecisionOpt", RULE_PRECISIONS)
 
 
-class SortOpt(str, Enum):
-    score = "score"
-    speed = "speed"
-    value = "value"
 
 
 def _split(values: list[str] | None) -> tuple[str, ...]:
@@ -64,7 +56,7 @@ def _split(values: list[str] | None) -> tuple[str, ...]:
 
 
 WorkloadOpt = Annotated[str, typer.Option("--workload", "-w", help=WORKLOAD_HELP)]
-RecPrecisionOptT = Annotated[RecPrecisionOpt | None, typer.Option(help=precision_help(
+RecPrecisionOptT = Annotated[PrecisionName | None, typer.Option(help=precision_help(
     RULE_PRECISIONS, "Working precision (the rules are written for these; hpc defaults to fp64): "))]
 BudgetOpt = Annotated[float | None, typer.Option(
     "--budget", help="Total US dollars for all GPUs (launch prices). GPUs without a known price are excluded when "
@@ -76,7 +68,7 @@ RequireOpt = Annotated[list[str] | None, typer.Option(
 SegmentOpt = Annotated[list[str] | None, typer.Option(
     "--segment", help="Only these segments: datacenter, workstation, consumer (comma-separated or repeated).")]
 RankTopOpt = Annotated[int, typer.Option("--top", min=1, help="Show the best K GPUs.")]
-SortOptT = Annotated[SortOpt, typer.Option(
+SortOptT = Annotated[Sort, typer.Option(
     help="score (rules), speed (performance model) or value (speed per dollar of launch price).")]
 RulesOpt = Annotated[list[Path] | None, typer.Option(
     "--rules", help="Extra rules YAML, repeatable: overrides or extends the bundled rules by workload and rule id "
@@ -98,8 +90,8 @@ def recommend_cmd(
     seq_len: SeqOpt = None,
     flash_attention: FlashOpt = False,
     image_size: ImageOpt = None,
-    optimizer: OptimizerOptT = OptimizerOpt.adamw,
-    strategy: StrategyOptT = StrategyOpt.ddp,
+    optimizer: OptimizerOptT = "adamw",
+    strategy: StrategyOptT = "ddp",
     gpus: GpusPerNodeOpt = 1,
     nodes: NodesOpt = 1,
     interconnect: InterconnectOpt = None,
@@ -108,7 +100,7 @@ def recommend_cmd(
     require: RequireOpt = None,
     segment: SegmentOpt = None,
     top: RankTopOpt = 10,
-    sort: SortOptT = SortOpt.score,
+    sort: SortOptT = "score",
     rules: RulesOpt = None,
     show_excluded: ShowExcludedOpt = False,
     local: LocalOpt = False,
@@ -119,11 +111,11 @@ def recommend_cmd(
     from gpusizer import api
 
     result = api.recommend(
-        workload, model=model, params=params, hf_config=hf_config, precision=precision.value if precision else None,
+        workload, model=model, params=params, hf_config=hf_config, precision=precision,
         batch=batch, seq_len=seq_len, image_size=image_size, flash_attention=flash_attention,
-        optimizer=optimizer.value, strategy=strategy.value, gpus=gpus, nodes=nodes, interconnect=interconnect,
+        optimizer=optimizer, strategy=strategy, gpus=gpus, nodes=nodes, interconnect=interconnect,
         budget=budget, max_power=max_power, require=_split(require), segments=_split(segment), top=top,
-        sort=sort.value, rules=[str(p) for p in rules or ()], probe=cli._local_report(catalog) if local else None,
+        sort=sort, rules=[str(p) for p in rules or ()], probe=cli._local_report(catalog) if local else None,
         catalog=cli._load_catalog(catalog), cache_dir=cli._cache_dir(),
     )
     if json_out:

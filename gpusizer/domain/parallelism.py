@@ -67,7 +67,7 @@ class Parallelism(BaseModel):
             return cls()
         if strategy == "tp":
             return cls(tp=gpus)
-        return cls(dp=gpus, zero_stage=ZERO_STAGE[strategy], fsdp=strategy == "fsdp")  # type: ignore[arg-type]
+        return cls(dp=gpus, zero_stage=ZERO_STAGE[strategy], fsdp=strategy == "fsdp")
 
     @classmethod
     def of_cluster(cls, strategy: str, gpus_per_node: int, nodes: int = 1) -> Parallelism:

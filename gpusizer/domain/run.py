@@ -109,7 +109,7 @@ def make_run_config(**kwargs: object) -> RunConfig:
     """A RunConfig from optional settings (None means the default), with a bad
     combination reported as a one-line UsageError."""
     try:
-        return RunConfig(**{k: v for k, v in kwargs.items() if v is not None})  # type: ignore[arg-type]
+        return RunConfig.model_validate({k: v for k, v in kwargs.items() if v is not None})
     except ValidationError as exc:
         err = exc.errors(include_url=False)[0]
         msg = str(err["msg"]).removeprefix("Value error, ")

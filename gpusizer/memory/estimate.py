@@ -7,6 +7,7 @@ All sizes are integer bytes.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Literal
 
@@ -188,12 +189,13 @@ def transformer_activation_bytes(
     dropout = m.dropout
     # CUDA autocast runs softmax in fp32; some implementations upcast it themselves
     softmax_fp32 = st.autocast or m.softmax_fp32
-    kw = {"dropout": dropout, "flash": cfg.flash_attention, "tp": tp, "residual_bytes": r, "softmax_fp32": softmax_fp32}
-    layer = _layer_activation_bytes(m, s, b, p, **kw)
+    layer_bytes = functools.partial(_layer_activation_bytes, dropout=dropout, flash=cfg.flash_attention, tp=tp,
+                                    residual_bytes=r, softmax_fp32=softmax_fp32)
+    layer = layer_bytes(m, s, b, p)
     dec_layer = 0
     t = cfg.target_len or s
     if m.decoder_layers:
-        dec_layer = _layer_activation_bytes(m, t, b, p, cross_len=s, **kw)
+        dec_layer = layer_bytes(m, t, b, p, cross_len=s)
     sbh = s * b * m.hidden
     if cfg.checkpointing:
         stored = m.layers * r * sbh + (m.decoder_layers or 0) * r * t * b * m.hidden

@@ -88,6 +88,7 @@ UNKNOWN_BATCH_REASON = "unknown: without the model's shape its activations, whic
 
 def fit_one(shape: ModelShape, cfg: RunConfig, cap: Capacity, breakdown: MemoryBreakdown) -> GpuFit:
     total = breakdown.total_bytes
+    reason: str | None
     if shape.arch is None:
         # memory would not grow with the batch, so any batch would "fit": say unknown
         max_batch = None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, Literal, TypeVar, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -178,7 +178,10 @@ class Calibration(BaseModel):
         return 2 + sum(len(e.fitted) for e in self.efficiencies)  # + overhead and exponent
 
 
-def _validate(model: type[BaseModel], doc: Any, origin: str) -> Any:
+_M = TypeVar("_M", bound=BaseModel)
+
+
+def _validate(model: type[_M], doc: Any, origin: str) -> _M:
     try:
         return model.model_validate(doc)
     except ValidationError as exc:

@@ -139,7 +139,7 @@ def roofline(compute_s: float, memory_s: float, exponent: float) -> float:
     if compute_s <= 0 or memory_s <= 0:
         return max(compute_s, memory_s)
     hi = max(compute_s, memory_s)
-    return hi * ((compute_s / hi) ** exponent + (memory_s / hi) ** exponent) ** (1.0 / exponent)
+    return float(hi * ((compute_s / hi) ** exponent + (memory_s / hi) ** exponent) ** (1.0 / exponent))
 
 
 # --------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -109,7 +110,7 @@ def params_only_layers(params: int) -> int:
     """Layer count for a model known only by its parameter count, used for per-layer
     overheads: 12 * L * d^2 weights with d = 128 * L, the width-to-depth ratio of
     GPT-3 175B (12288 / 96) and Llama-2-7B (4096 / 32). Gives 33 for 7B, 71 for 70B."""
-    return max(1, round((params / (12 * 128**2)) ** (1 / 3)))
+    return max(1, round(math.pow(params / (12 * 128**2), 1 / 3)))
 
 
 def default_seq_len(shape: ModelShape) -> int:

@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gpusizer.choices import Mode
+from gpusizer.choices import SORTS, Mode
 from gpusizer.domain.parallelism import gpus_per_node_for, sharded_gpus, sharding_alternative
 from gpusizer.domain.precision import (
     RULE_PRECISIONS,
@@ -49,7 +49,6 @@ from gpusizer.ranking.rules import (
 )
 from gpusizer.units import format_bytes
 
-SORTS: tuple[str, ...] = ("score", "speed", "value")
 DEFAULT_TOP = 10
 
 
@@ -296,7 +295,7 @@ def tensor_tflops(gpu: Gpu, precision: str) -> float | None:
     name = precision_spec(precision).tensor_field
     if name is None:
         return None
-    value = getattr(gpu, name)
+    value: float | None = getattr(gpu, name)
     spec = precision_spec(precision)
     if value is None and spec.same_rate_as and spec.same_rate_from \
             and ARCH_ORDER.index(gpu.architecture) >= ARCH_ORDER.index(spec.same_rate_from):
@@ -354,9 +353,10 @@ def evaluate(test: Test, gpu: Gpu, precision: str) -> bool | None:
     if test.op == "not in":
         return value not in test.value
     a, b = key(value), key(test.value)
-    return {
+    outcome: bool = {
         "==": a == b, "!=": a != b, ">": a > b, ">=": a >= b, "<": a < b, "<=": a <= b,
     }[test.op]
+    return outcome
 
 
 class _MessageFormatter(string.Formatter):
@@ -381,7 +381,7 @@ class _MessageFormatter(string.Formatter):
         if isinstance(value, float) and not format_spec:
             return f"{value:g}"
         try:
-            return super().format_field(value, format_spec)
+            return str(super().format_field(value, format_spec))
         except (ValueError, TypeError):
             return str(value)
 
