@@ -47,9 +47,11 @@ __all__ = ["__version__", *_API]
 
 
 def __getattr__(name: str) -> Any:
+    import importlib
+
+    if name in ("api", "domain"):
+        return importlib.import_module(f"gpusizer.{name}")
     module = _API.get(name)
     if module is None:
         raise AttributeError(f"module 'gpusizer' has no attribute {name!r}")
-    import importlib
-
     return getattr(importlib.import_module(module), name)

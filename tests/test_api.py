@@ -99,7 +99,7 @@ def test_a_run_config_and_settings_combine():
         (lambda: gpusizer.estimate("resnet50", gpu="a100-sxm4-80gb", batch=8, grad_accumulation=0),
          "grad_accumulation"),
         (lambda: gpusizer.estimate("resnet50", gpu="a100-sxm4-80gb", epochs=3), "epochs"),
-        (lambda: gpusizer.fit_model("llama-2-7b", precision="int4"), None),
+        (lambda: gpusizer.fit_model("llama-2-7b", precision="int4"), "precision"),
         (lambda: gpusizer.fit_model(), "model"),
         (lambda: gpusizer.recommend("cnn", batch=8), "batch"),
     ],

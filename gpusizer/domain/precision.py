@@ -181,7 +181,8 @@ def precision_spec(name: str) -> Precision:
     try:
         return PRECISIONS[name]
     except KeyError:
-        raise UsageError(f"unknown precision {name!r}", hint=f"one of {', '.join(ALL_PRECISIONS)}") from None
+        raise UsageError(f"unknown precision {name!r}", hint=f"one of {', '.join(ALL_PRECISIONS)}",
+                         field="precision") from None
 
 
 def storage_spec(name: str) -> Storage:
@@ -203,6 +204,7 @@ def check_mode(name: str, mode: str) -> Precision:
         raise UsageError(
             f"precision {name} is weight-only quantisation for inference; train with fp32, mixed, fp16 or bf16",
             hint="run inference, or train in mixed or bf16",
+            field="precision",
         )
     return spec
 

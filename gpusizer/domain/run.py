@@ -108,13 +108,16 @@ class RunConfig(BaseModel):
 def make_run_config(**kwargs: object) -> RunConfig:
     """A RunConfig from optional settings (None means the default), with a bad
     combination reported as a one-line UsageError."""
+    given = {k: v for k, v in kwargs.items() if v is not None}
+    if isinstance(given.get("precision"), str) and isinstance(given.get("mode", "train"), str):
+        check_mode(str(given["precision"]), str(given.get("mode", "train")))  # the one training rule, with its field
     try:
-        return RunConfig.model_validate({k: v for k, v in kwargs.items() if v is not None})
+        return RunConfig.model_validate(given)
     except ValidationError as exc:
         err = exc.errors(include_url=False)[0]
         msg = str(err["msg"]).removeprefix("Value error, ")
-        loc = ".".join(str(x) for x in err["loc"])
-        raise UsageError(f"{loc + ': ' if loc else ''}{msg}") from None
+        field = str(err["loc"][0]) if err["loc"] else None
+        raise UsageError(f"{field}: {msg}" if field else msg, field=field) from None
 
 
 __all__ = ["DEFAULT_FRAGMENTATION", "RunConfig", "make_run_config"]
