@@ -36,11 +36,13 @@ from gpusizer.domain.precision import default_precision, storage_precision
 from gpusizer.domain.run import RunConfig, make_run_config
 from gpusizer.domain.shape import ModelShape, shape_from_model, shape_from_params
 from gpusizer.errors import DataFileError, NothingFitsError, UsageError
+from gpusizer.hardware.browse import CompareRow, Comparison
 from gpusizer.hardware.catalog import Catalog, Gpu
-from gpusizer.hardware.probe import ProbeReport
+from gpusizer.hardware.probe import HostSnapshot, ProbeReport
 from gpusizer.memory.estimate import MemoryBreakdown, estimate_memory
 from gpusizer.memory.fit import FitReport, GpuFit, capacities_from_catalog, capacities_from_probe, fit_rule_of_thumb
 from gpusizer.memory.fit import fit_model as _fit
+from gpusizer.models.zoo import Model
 from gpusizer.performance.estimate import PerfEstimate, estimate_performance
 from gpusizer.performance.planning import (
     ScalingPoint,
@@ -504,6 +506,135 @@ def recommend(
     return RecommendResult(input=inputs, results=rec, notes=(*notes, *rec.notes), rules_files=ruleset.files)
 
 
+# --------------------------------------------------------------------------
+# catalog, compare, models, probe
+
+
+class GpuListResult(Result):
+    command: Literal["catalog list"] = "catalog list"
+    results: tuple[Gpu, ...]
+    #: how many GPUs the catalog holds (the list is after filtering)
+    catalog_size: int = Field(exclude=True, repr=False)
+
+
+class GpuResult(Result):
+    command: Literal["catalog show"] = "catalog show"
+    results: Gpu
+
+
+class CompareResults(BaseModel):
+    model_config = _FROZEN
+
+    gpus: tuple[str, ...]
+    rows: tuple[CompareRow, ...]
+    facts: tuple[CompareFact, ...]
+
+
+class CompareFact(BaseModel):
+    model_config = _FROZEN
+
+    field: str
+    label: str
+    values: tuple[str | int | bool | None, ...]
+
+
+class CompareResult(Result):
+    command: Literal["compare"] = "compare"
+    results: CompareResults
+    comparison: Comparison = Field(exclude=True, repr=False)
+
+
+class ModelsResult(Result):
+    command: Literal["models"] = "models"
+    results: tuple[Model, ...]
+
+
+class ProbeResult(Result):
+    command: Literal["probe"] = "probe"
+    results: dict[str, Any]
+    report: ProbeReport = Field(exclude=True, repr=False)
+
+
+def list_gpus(
+    *, segment: str | None = None, arch: str | None = None, min_memory_gib: float | None = None,
+    ecc: bool | None = None, rdma: bool | None = None, nvlink: bool | None = None, sort: str | None = None,
+    descending: bool = True, catalog: Catalog | None = None, cache_dir: Path | None = None,
+) -> GpuListResult:
+    """Catalog GPUs, filtered (segment, architecture, memory, ECC, RDMA, NVLink) and
+    sorted by a numeric field; unknown values sort last.
+
+    >>> [g.id for g in list_gpus(arch="hopper", segment="datacenter", sort="memory_gib").results][:2]
+    ['h200-sxm-141gb', 'h200-nvl-141gb']
+    """
+    import difflib
+
+    from gpusizer.hardware.browse import CatalogFilter, filter_gpus
+    from gpusizer.hardware.catalog import ARCH_ORDER, SEGMENTS
+
+    if segment is not None and segment.lower() not in SEGMENTS:
+        raise UsageError(f"{segment!r} is not one of {', '.join(SEGMENTS)}", field="segment")
+    if arch is not None and arch.lower() not in ARCH_ORDER:
+        close = difflib.get_close_matches(arch.lower(), ARCH_ORDER, n=2)
+        raise UsageError(f"{arch!r} is not an architecture in the catalog", field="arch",
+                         hint=f"did you mean {', '.join(close)}?" if close else f"one of: {', '.join(ARCH_ORDER)}")
+    cat = catalog or load_catalog(cache_dir=cache_dir)
+    spec = CatalogFilter(segment=segment.lower() if segment else None, architecture=arch.lower() if arch else None,
+                         min_memory_gib=min_memory_gib, ecc=ecc, rdma=rdma, nvlink=nvlink, sort=sort,
+                         descending=descending)
+    gpus = filter_gpus(cat.gpus, spec)
+    inputs = {**spec.model_dump(mode="json"), "catalog_files": list(cat.files)}
+    return GpuListResult(input=inputs, results=tuple(gpus), catalog_size=len(cat.gpus))
+
+
+def show_gpu(name: str, *, catalog: Catalog | None = None, cache_dir: Path | None = None) -> GpuResult:
+    """One catalog entry, with its sources, by id, alias or name (``"RTX 3090"``)."""
+    cat = catalog or load_catalog(cache_dir=cache_dir)
+    res = cat.resolve(name)
+    return GpuResult(input={"gpu": name, "resolved_id": res.gpu.id}, results=res.gpu,
+                     notes=(res.note,) if res.note else ())
+
+
+def compare(names: Sequence[str], *, catalog: Catalog | None = None, cache_dir: Path | None = None) -> CompareResult:
+    """GPUs side by side, with ratios against the first.
+
+    >>> compare(["GTX 1080 Ti", "P100 SXM2"]).results.gpus
+    ('gtx-1080-ti', 'p100-sxm2-16gb')
+    """
+    from gpusizer.hardware.browse import compare as _compare
+
+    cat = catalog or load_catalog(cache_dir=cache_dir)
+    result = _compare(cat.resolve_many(list(names)))
+    results = CompareResults(
+        gpus=tuple(g.id for g in result.gpus), rows=result.rows,
+        facts=tuple(CompareFact(field=f, label=label, values=v) for f, label, v in result.facts),
+    )
+    return CompareResult(input={"gpus": list(names)}, results=results, notes=result.notes, comparison=result)
+
+
+def models(*, cache_dir: Path | None = None) -> ModelsResult:
+    """The model zoo: every model with its shape and sources."""
+    from gpusizer.models.zoo import load_zoo
+
+    return ModelsResult(input={}, results=load_zoo(cache_dir=cache_dir).models)
+
+
+def probe(
+    host: HostSnapshot | None = None, *, catalog: Catalog | None = None, catalog_files: Sequence[str] = (),
+    cache_dir: Path | None = None,
+) -> ProbeResult:
+    """This machine's NVIDIA GPUs read through NVML (or a given host snapshot), matched
+    to the catalog. Raises NoDeviceError without a driver or GPU."""
+    from gpusizer.hardware.probe import match_catalog, report_results
+
+    if host is None:
+        from gpusizer.hardware.nvml import read_host
+
+        host = read_host()
+    cat = catalog or load_catalog(catalog_files, cache_dir=cache_dir)
+    matched = match_catalog(host, cat)
+    return ProbeResult(input={"catalog_files": list(catalog_files)}, results=report_results(matched), report=matched)
+
+
 __all__ = [
     "SCHEMA_VERSION",
     "EstimateResult",
@@ -513,7 +644,17 @@ __all__ = [
     "Result",
     "estimate",
     "fit_model",
+    "CompareResult",
+    "GpuListResult",
+    "GpuResult",
+    "ModelsResult",
+    "ProbeResult",
     "RecommendResult",
+    "compare",
+    "list_gpus",
+    "models",
+    "probe",
+    "show_gpu",
     "load_catalog",
     "recommend",
     "resolve_model",

@@ -70,6 +70,36 @@ def test_recommend_equals_cli_json(cli_json, kwargs, args):
     assert result.document() == doc
 
 
+@pytest.mark.parametrize(
+    ("call", "args"),
+    [
+        (lambda: gpusizer.api.list_gpus(segment="datacenter", arch="hopper", sort="memory_gib"),
+         ["catalog", "list", "--segment", "datacenter", "--arch", "hopper", "--sort", "memory_gib"]),
+        (lambda: gpusizer.api.show_gpu("RTX 3090"), ["catalog", "show", "RTX 3090"]),
+        (lambda: gpusizer.api.compare(["1080ti", "p100"]), ["compare", "1080ti", "p100"]),
+        (lambda: gpusizer.api.models(), ["models"]),
+    ],
+    ids=["catalog-list", "catalog-show", "compare", "models"],
+)
+def test_browsing_equals_cli_json(cli_json, call, args):
+    assert call().document() == cli_json(*args)
+
+
+def test_every_command_goes_through_the_api():
+    """No command builds its JSON itself: each calls a function of gpusizer.api."""
+    import ast
+    from pathlib import Path
+
+    cli_dir = Path(gpusizer.__file__).parent / "cli"
+    for name in ("catalog", "estimate", "fit", "probe", "recommend"):
+        tree = ast.parse((cli_dir / f"{name}.py").read_text())
+        calls = {n.func.attr for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+                 and isinstance(n.func.value, ast.Name) and n.func.value.id == "api"}
+        assert calls, f"cli/{name}.py calls no api function"
+        assert "document" in {n.func.attr for n in ast.walk(tree) if isinstance(n, ast.Call)
+                              and isinstance(n.func, ast.Attribute)}, name
+
+
 def test_results_are_typed_models():
     fit = gpusizer.fit_model("resnet50", gpu="v100-sxm2-16gb", batch=64)
     assert isinstance(fit, api.FitModelResult) and fit.fits

@@ -34,7 +34,8 @@ from gpusizer.hardware.probe import (
     starter_catalog_yaml,
     starter_entry,
 )
-from gpusizer.render.probe import probe_json, probe_renderables
+from gpusizer.hardware.probe import report_results as probe_json
+from gpusizer.render.probe import probe_renderables
 from gpusizer.units import GIB, MIB
 
 

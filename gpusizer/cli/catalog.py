@@ -8,7 +8,6 @@ import typer
 
 from gpusizer.cli.options import CatalogOpt, JsonOpt, _console, _load_catalog, _warn
 from gpusizer.cli.root import app, catalog_app, guarded
-from gpusizer.errors import UsageError
 
 # --------------------------------------------------------------------------
 # catalog
@@ -32,38 +31,19 @@ def catalog_list(
     json_out: JsonOpt = False,
 ) -> None:
     """List catalog GPUs, with filters and sorting."""
-    from gpusizer.hardware.browse import CatalogFilter, filter_gpus
-    from gpusizer.hardware.catalog import ARCH_ORDER
+    from gpusizer import api
 
-    if segment is not None:
-        segment = segment.lower()
-        if segment not in ("datacenter", "workstation", "consumer"):
-            raise UsageError(f"--segment: {segment!r} is not one of datacenter, workstation, consumer")
-    if arch is not None:
-        arch = arch.lower()
-        if arch not in ARCH_ORDER:
-            import difflib
-
-            close = difflib.get_close_matches(arch, ARCH_ORDER, n=2)
-            raise UsageError(
-                f"--arch: {arch!r} is not an architecture in the catalog",
-                hint=f"did you mean {', '.join(close)}?" if close else f"one of: {', '.join(ARCH_ORDER)}",
-            )
-    cat = _load_catalog(catalog)
-    spec = CatalogFilter(
-        segment=segment, architecture=arch, min_memory_gib=min_memory, ecc=ecc, rdma=rdma, nvlink=nvlink,
-        sort=sort, descending=not ascending,
-    )
-    gpus = filter_gpus(cat.gpus, spec)
+    result = api.list_gpus(segment=segment, arch=arch, min_memory_gib=min_memory, ecc=ecc, rdma=rdma, nvlink=nvlink,
+                           sort=sort, descending=not ascending, catalog=_load_catalog(catalog))
     if json_out:
-        from gpusizer.render.common import emit_json, envelope
+        from gpusizer.render.common import emit_json
 
-        inputs = {**spec.model_dump(mode="json"), "catalog_files": list(cat.files)}
-        emit_json(envelope("catalog list", inputs, [g.model_dump(mode="json") for g in gpus]))
+        emit_json(result.document())
         return
     from gpusizer.render.catalog import catalog_table
 
-    _console(ctx).print(catalog_table(gpus, title=f"{len(gpus)} of {len(cat.gpus)} GPUs"))
+    gpus = list(result.results)
+    _console(ctx).print(catalog_table(gpus, title=f"{len(gpus)} of {result.catalog_size} GPUs"))
 
 
 @catalog_app.command("show")
@@ -75,18 +55,18 @@ def catalog_show(
     json_out: JsonOpt = False,
 ) -> None:
     """Show one catalog entry with its sources."""
-    cat = _load_catalog(catalog)
-    res = cat.resolve(gpu)
-    notes = [res.note] if res.note else []
-    if json_out:
-        from gpusizer.render.common import emit_json, envelope
+    from gpusizer import api
 
-        emit_json(envelope("catalog show", {"gpu": gpu, "resolved_id": res.gpu.id}, res.gpu.model_dump(mode="json"), notes))
+    result = api.show_gpu(gpu, catalog=_load_catalog(catalog))
+    if json_out:
+        from gpusizer.render.common import emit_json
+
+        emit_json(result.document())
         return
-    _warn(ctx, notes)
+    _warn(ctx, result.notes)
     from gpusizer.render.catalog import gpu_detail
 
-    _console(ctx).print(gpu_detail(res.gpu))
+    _console(ctx).print(gpu_detail(result.results))
 
 
 @app.command("compare")
@@ -98,21 +78,15 @@ def compare_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Put GPUs side by side, with ratios against the first."""
-    from gpusizer.hardware.browse import compare
+    from gpusizer import api
 
-    cat = _load_catalog(catalog)
-    result = compare(cat.resolve_many(gpus))
+    result = api.compare(gpus, catalog=_load_catalog(catalog))
     if json_out:
-        from gpusizer.render.common import emit_json, envelope
+        from gpusizer.render.common import emit_json
 
-        results = {
-            "gpus": [g.id for g in result.gpus],
-            "rows": [r.model_dump(mode="json") for r in result.rows],
-            "facts": [{"field": f, "label": label, "values": list(v)} for f, label, v in result.facts],
-        }
-        emit_json(envelope("compare", {"gpus": gpus}, results, list(result.notes)))
+        emit_json(result.document())
         return
-    _warn(ctx, list(result.notes))
+    _warn(ctx, result.notes)
     from gpusizer.render.catalog import comparison_table
 
-    _console(ctx).print(comparison_table(result))
+    _console(ctx).print(comparison_table(result.comparison))

@@ -13,7 +13,6 @@ from gpusizer.cli.options import (
     _cache_dir,
     _catalog_files,
     _console,
-    _local_report,
 )
 from gpusizer.cli.root import app, guarded
 
@@ -25,26 +24,17 @@ from gpusizer.cli.root import app, guarded
 @guarded
 def models_cmd(ctx: typer.Context, json_out: JsonOpt = False) -> None:
     """List the model zoo."""
-    from gpusizer.models.zoo import load_zoo
+    from gpusizer import api
 
-    zoo = load_zoo(cache_dir=_cache_dir())
+    result = api.models(cache_dir=_cache_dir())
     if json_out:
-        from gpusizer.render.common import emit_json, envelope
+        from gpusizer.render.common import emit_json
 
-        emit_json(envelope("models", {}, [m.model_dump(mode="json") for m in zoo.models]))
+        emit_json(result.document())
         return
-    from rich.table import Table
+    from gpusizer.render.catalog import models_table
 
-    from gpusizer.units import format_count
-
-    table = Table(title="Model zoo (data/models.yaml)", title_justify="left")
-    for col in ("id", "kind", "params", "layers", "hidden", "heads/kv", "vocab"):
-        table.add_column(col, justify="left" if col in ("id", "kind") else "right")
-    for m in zoo.models:
-        heads = f"{m.heads}/{m.n_kv_heads}" if m.heads else "n/a"
-        table.add_row(m.id, m.kind, format_count(m.params), str(m.layers or "n/a"), str(m.hidden or "n/a"), heads,
-                      str(m.vocab or "n/a"))
-    _console(ctx).print(table)
+    _console(ctx).print(models_table(result.results))
 
 
 @app.command("probe")
@@ -56,19 +46,21 @@ def probe_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Read this machine's NVIDIA GPUs through NVML and match them to the catalog."""
-    report = _local_report(catalog)
+    from gpusizer import api
+
+    result = api.probe(catalog_files=_catalog_files(catalog), cache_dir=_cache_dir())
     if emit_catalog:
         from gpusizer.hardware.probe import starter_catalog_yaml
 
-        sys.stdout.write(starter_catalog_yaml(d.device for d in report.devices))
+        sys.stdout.write(starter_catalog_yaml(d.device for d in result.report.devices))
         return
-    from gpusizer.render.probe import probe_json, probe_renderables
-
     if json_out:
-        from gpusizer.render.common import emit_json, envelope
+        from gpusizer.render.common import emit_json
 
-        emit_json(envelope("probe", {"catalog_files": _catalog_files(catalog)}, probe_json(report)))
+        emit_json(result.document())
         return
+    from gpusizer.render.probe import probe_renderables
+
     console = _console(ctx)
-    for renderable in probe_renderables(report):
+    for renderable in probe_renderables(result.report):
         console.print(renderable)

@@ -338,6 +338,36 @@ _ARCH_BY_CC = {
 }  # fmt: skip
 
 
+def report_results(report: ProbeReport) -> dict[str, Any]:
+    """The ``results`` of ``probe --json``: host, devices with their catalog match, and
+    the GPU-pair topology. None stays null; units are in the keys."""
+    host = report.host
+    devices = []
+    for r in report.devices:
+        entry = r.device.model_dump(mode="json")
+        entry["catalog"] = r.match.model_dump(mode="json") if r.match is not None else None
+        entry["hint"] = r.hint
+        entry["warnings"] = list(r.warnings)
+        devices.append(entry)
+    pairs = []
+    for p in host.pairs:
+        item = p.model_dump(mode="json")
+        item["nvlink"] = p.nvlink
+        pairs.append(item)
+    return {
+        "host": {
+            "hostname": host.hostname,
+            "driver_version": host.driver_version,
+            "cuda_driver_version": host.cuda_driver_version,
+            "nvml_version": host.nvml_version,
+            "device_count": len(host.devices),
+        },
+        "devices": devices,
+        "topology": {"pairs": pairs},
+    }
+
+
+
 def architecture_for(compute_capability: str | None) -> str | None:
     if not compute_capability:
         return None

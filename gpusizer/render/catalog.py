@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from gpusizer.render.common import NA, fmt, fmt_ratio
-from gpusizer.units import format_bytes
+from gpusizer.render.common import NA, fmt, fmt_ratio, show_value
+from gpusizer.units import format_bytes, format_count
 
 if TYPE_CHECKING:
     from rich.table import Table
 
     from gpusizer.hardware.browse import Comparison
     from gpusizer.hardware.catalog import Gpu
+    from gpusizer.models.zoo import Model
 
 # --------------------------------------------------------------------------
 # catalog
@@ -88,4 +89,18 @@ def comparison_table(comparison: Comparison) -> Table:
         table.add_row(row.label, *cells)
     for _, label, values in comparison.facts:
         table.add_row(label, *(fmt(v) for v in values))
+    return table
+
+
+def models_table(models: Sequence[Model]) -> Table:
+    """The model zoo: shape at a glance; a missing dimension shows as n/a."""
+    from rich.table import Table
+
+    table = Table(title="Model zoo (data/models.yaml)", title_justify="left")
+    for col in ("id", "kind", "params", "layers", "hidden", "heads/kv", "vocab"):
+        table.add_column(col, justify="left" if col in ("id", "kind") else "right")
+    for m in models:
+        heads = f"{m.heads}/{m.n_kv_heads}" if m.heads else NA
+        table.add_row(m.id, m.kind, format_count(m.params), show_value(m.layers), show_value(m.hidden), heads,
+                      show_value(m.vocab))
     return table

@@ -11,13 +11,11 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from rich.console import Console
-
-SCHEMA_VERSION = 1
 
 #: How a missing value (``None``) is shown in tables and text. JSON keeps ``null``.
 NA = "n/a"
@@ -49,17 +47,6 @@ def make_console(*, stderr: bool = False, no_color: bool = False) -> Console:
         kwargs["no_color"] = True
         kwargs["color_system"] = None
     return Console(**kwargs)
-
-
-def envelope(command: str, inputs: Mapping[str, Any], results: Any, notes: Sequence[str] = ()) -> dict[str, Any]:
-    """The JSON envelope every command prints under ``--json``."""
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "command": command,
-        "input": dict(inputs),
-        "results": results,
-        "notes": list(notes),
-    }
 
 
 def emit_json(document: Mapping[str, Any]) -> None:

@@ -2,7 +2,7 @@
 resource, a scaling curve drawn with bars, and time-to-train and cost.
 
 Everything shown comes from the engine's frozen results (gpusizer.performance);
-``estimate_json`` is the same content for ``--json``.
+``--json`` prints the API's result document instead (gpusizer.api.estimate).
 """
 
 from __future__ import annotations
@@ -45,53 +45,6 @@ def _duration(seconds: float) -> str:
     if seconds < 3 * 86400:
         return f"{seconds / 3600:,.1f} h"
     return f"{seconds / 86400:,.1f} days"
-
-
-#: PerfEstimate attributes that ``estimate --json`` lists at the top of ``results``, in order
-SPEED_KEYS: tuple[str, ...] = (
-    "throughput_per_s", "throughput_unit", "step_time_s", "compute_s", "memory_s", "comm_s", "comm_exposed_s",
-    "overhead_s", "bound", "per_gpu_throughput_per_s", "scaling_efficiency", "speedup_vs_1gpu", "error_band",
-    "gpus_total",
-)
-
-
-def estimate_json(
-    est: PerfEstimate, *, gpu: Gpu, batch: str, memory: dict[str, Any], curve: Sequence[ScalingPoint],
-    training: TrainingTime | None, inputs: Mapping[str, Any],
-) -> dict[str, Any]:
-    """The ``results`` object of ``gpusizer estimate --json``."""
-    return {
-        "gpu": gpu.id,
-        "gpu_name": gpu.name,
-        **{key: getattr(est, key) for key in SPEED_KEYS},
-        "batch_per_gpu": inputs["batch"],
-        "batch_source": batch,
-        "memory": memory,
-        "scaling_curve": [p.model_dump(mode="json") for p in curve],
-        "time_to_train": training.model_dump(mode="json") if training is not None else None,
-        "cost_usd": training.cost_usd if training is not None else None,
-        "estimate": est.model_dump(mode="json"),
-    }
-
-
-def nothing_fits_json(gpu: Gpu, reason: str, hint: str | None, memory: dict[str, Any]) -> dict[str, Any]:
-    """The ``results`` object of ``gpusizer estimate --json`` when not even batch 1 fits
-    (exit code 4): the keys of :func:`estimate_json`, null, plus ``fits``, ``reason`` and ``hint``."""
-    return {
-        "gpu": gpu.id,
-        "gpu_name": gpu.name,
-        "fits": False,
-        "reason": reason,
-        "hint": hint,
-        **dict.fromkeys(SPEED_KEYS),
-        "batch_per_gpu": None,
-        "batch_source": "nothing fits: batch 1 exceeds the GPU's memory",
-        "memory": memory,
-        "scaling_curve": [],
-        "time_to_train": None,
-        "cost_usd": None,
-        "estimate": None,
-    }
 
 
 def _miss_share() -> str:

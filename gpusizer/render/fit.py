@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from gpusizer.render.common import bar, fmt, show_bool, show_value
 from gpusizer.units import format_bytes, format_count
@@ -22,19 +22,6 @@ COMPONENTS: tuple[tuple[str, str], ...] = (
     ("context_bytes", "CUDA context"),
     ("fragmentation_bytes", "allocator slack"),
 )
-
-
-def fit_json(report: FitReport) -> dict[str, Any]:
-    b = report.breakdown
-    return {
-        "model": report.model_name,
-        "params": report.params,
-        "method": report.method,
-        "breakdown": b.model_dump(mode="json"),
-        "gpus": [g.model_dump(mode="json") for g in report.gpus],
-        "fits_on": [g.gpu_id or g.gpu_name for g in report.gpus if g.fits],
-        "verdict": report.verdict,
-    }
 
 
 def breakdown_table(report: FitReport) -> Table:

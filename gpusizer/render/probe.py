@@ -7,7 +7,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from rich.console import RenderableType
 from rich.table import Table
@@ -210,29 +209,3 @@ def probe_renderables(report: ProbeReport) -> list[RenderableType]:
     return out
 
 
-def probe_json(report: ProbeReport) -> dict[str, Any]:
-    """The "results" part of `probe --json`. None stays null; units are in the keys."""
-    host = report.host
-    devices = []
-    for r in report.devices:
-        entry = r.device.model_dump(mode="json")
-        entry["catalog"] = r.match.model_dump(mode="json") if r.match is not None else None
-        entry["hint"] = r.hint
-        entry["warnings"] = list(r.warnings)
-        devices.append(entry)
-    pairs = []
-    for p in host.pairs:
-        item = p.model_dump(mode="json")
-        item["nvlink"] = p.nvlink
-        pairs.append(item)
-    return {
-        "host": {
-            "hostname": host.hostname,
-            "driver_version": host.driver_version,
-            "cuda_driver_version": host.cuda_driver_version,
-            "nvml_version": host.nvml_version,
-            "device_count": len(host.devices),
-        },
-        "devices": devices,
-        "topology": {"pairs": pairs},
-    }

@@ -8,7 +8,7 @@ their own lines under each row, which a rich Table cannot span.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from gpusizer.render.common import NA, bar, fmt, show_bool, show_value
 from gpusizer.units import format_bytes, format_count
@@ -53,11 +53,6 @@ def precision_words(precision: str, tf32: bool) -> str:
 
 def field_label(field: str, precision: str) -> str:
     return FIELD_LABELS.get(field, field).format(p=precision)
-
-
-def recommend_json(rec: Recommendation) -> dict[str, Any]:
-    """The ``results`` of ``recommend --json``: every GPU with every rule's contribution."""
-    return rec.model_dump(mode="json")
 
 
 # --------------------------------------------------------------------------
