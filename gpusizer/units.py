@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
+from typing import TypeVar
 
 KIB = 1 << 10
 MIB = 1 << 20
@@ -70,6 +72,22 @@ def parse_size(text: str, *, what: str = "size", default_unit: str = "gib") -> i
     if not math.isfinite(number) or number < 0:
         raise ValueError(f"{what} {text!r} must not be negative")
     return int(round(number))
+
+
+#: How a missing value (``None``) is shown in tables and text. JSON keeps ``null``.
+NA = "n/a"
+
+_T = TypeVar("_T")
+
+
+def show_bool(value: bool, yes: str = "yes", no: str = "no") -> str:
+    """How a boolean is shown: "yes"/"no", or the two words given (e.g. "on"/"off")."""
+    return yes if value else no
+
+
+def show_value(value: _T | None, formatter: Callable[[_T], str] = str) -> str:
+    """:data:`NA` for ``None``, else ``formatter(value)``."""
+    return NA if value is None else formatter(value)
 
 
 def gib_to_bytes(gib: float) -> int:

@@ -47,7 +47,7 @@ from gpusizer.ranking.rules import (
     Test,
     Workload,
 )
-from gpusizer.units import format_bytes
+from gpusizer.units import NA, format_bytes, show_bool
 
 DEFAULT_TOP = 10
 
@@ -251,7 +251,7 @@ class Recommendation(BaseModel):
     description: str
     mode: Mode
     precision: str
-    precision_from: Literal["--precision", "workload default"]
+    precision_from: Literal["given", "workload default"]
     #: the memory model's precision for this run (domain.precision.storage_precision)
     model_precision: str
     tf32: bool
@@ -375,9 +375,9 @@ class _MessageFormatter(string.Formatter):
 
     def format_field(self, value: Any, format_spec: str) -> str:
         if value is None:
-            return "n/a"
+            return NA
         if isinstance(value, bool):
-            return "yes" if value else "no"
+            return show_bool(value)
         if isinstance(value, float) and not format_spec:
             return f"{value:g}"
         try:
@@ -560,7 +560,7 @@ def recommend(
     unit = next((r.speed.unit for r in qualified if r.speed is not None and r.speed.unit), "")
     return Recommendation(
         workload=wl.name, description=wl.description, mode=wl.mode, precision=run.precision,
-        precision_from="--precision" if req.precision else "workload default", model_precision=run.model_precision,
+        precision_from="given" if req.precision else "workload default", model_precision=run.model_precision,
         tf32=run.tf32, gpus_per_node=req.gpus_per_node, nodes=req.nodes,
         model_name=req.shape.name if req.shape else None, params=req.shape.params if req.shape else None,
         memory_needed_bytes=memory_needed, speed_basis=_speed_basis(wl, req, run.precision, speed_shape),
@@ -887,7 +887,7 @@ def _speed_basis(wl: Workload, req: RecommendRequest, precision: str, shape: Mod
     mode = "training" if wl.mode == "train" else "inference"
     batch = (f"batch {req.batch} per GPU" if req.batch is not None
              else f"batch {wl.speed.batch or 1} per GPU (less where it does not fit)")
-    who = "your model" if req.shape is not None else f"reference model for {wl.name}; --model to change"
+    who = "your model" if req.shape is not None else f"reference model for {wl.name}; give a model to change it"
     return (f"{shape.name} {mode} ({who}), {precision}, {batch}, from the performance model "
             "('gpusizer estimate'); relative to the fastest GPU listed")
 

@@ -11,27 +11,15 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from gpusizer.units import NA, show_bool, show_value
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-#: How a missing value (``None``) is shown in tables and text. JSON keeps ``null``.
-NA = "n/a"
-
-_T = TypeVar("_T")
-
-
-def show_bool(value: bool, yes: str = "yes", no: str = "no") -> str:
-    """How a boolean is shown: "yes"/"no", or the two words given (e.g. "on"/"off")."""
-    return yes if value else no
-
-
-def show_value(value: _T | None, formatter: Callable[[_T], str] = str) -> str:
-    """:data:`NA` for ``None``, else ``formatter(value)``."""
-    return NA if value is None else formatter(value)
-
+__all__ = ["NA", "bar", "emit_json", "fmt", "fmt_ratio", "make_console", "show_bool", "show_value"]
 
 def make_console(*, stderr: bool = False, no_color: bool = False) -> Console:
     import os
