@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from gpusizer.api import load_catalog as load_catalog
     from gpusizer.api import recommend as recommend
     from gpusizer.api import resolve_model as resolve_model
+    from gpusizer.api import serve as serve
     from gpusizer.domain import ModelShape as ModelShape
     from gpusizer.domain import Parallelism as Parallelism
     from gpusizer.domain import Precision as Precision
@@ -35,6 +36,7 @@ _API = {
     "fit_model": "gpusizer.api",
     "estimate": "gpusizer.api",
     "recommend": "gpusizer.api",
+    "serve": "gpusizer.api",
     "load_catalog": "gpusizer.api",
     "resolve_model": "gpusizer.api",
     "RunConfig": "gpusizer.domain",

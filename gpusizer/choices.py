@@ -15,8 +15,13 @@ from __future__ import annotations
 from typing import Literal, get_args
 
 Mode = Literal["train", "inference"]
-Optimizer = Literal["sgd", "momentum", "adam", "adamw", "adafactor", "adam8bit"]
+#: adam8bit: bitsandbytes 8-bit Adam; paged-adamw-8bit the same with its state in paged (CPU-evictable) memory
+Optimizer = Literal["sgd", "momentum", "adam", "adamw", "adafactor", "adam8bit", "paged-adamw-8bit"]
 Head = Literal["lm", "classifier"]
+#: Inference logits: the last position only (generate(), serving engines) or every position (a plain forward pass, scoring)
+Logits = Literal["last", "all"]
+#: Attention kernels: fused (PyTorch SDPA, FlashAttention; no score matrix kept) or eager (the score matrix materialised)
+Attention = Literal["fused", "eager"]
 Phase = Literal["decode", "prefill"]
 #: Which fused-attention kernels a run uses: current ones (FlashAttention-2/3, cuDNN),
 #: timed at the matmuls' efficiency, or the slower ones LLM Foundry measured in 2023.

@@ -441,10 +441,10 @@ def test_a_gpu_the_model_does_not_fit_on_is_never_recommended(cli_json):
 
 
 def test_a_high_score_does_not_save_a_gpu_the_model_does_not_fit_on(cli_json):
-    # GPT-2 XL training at batch 2 x 1024 tokens needs more than 48 GiB: the L40S and RTX 6000 Ada
-    # outscore the A100 80GB on CNN-style criteria, but only the 80 GB card is recommended
+    # GPT-2 XL training at batch 2 x 1024 tokens with eager attention needs more than 48 GiB: the L40S
+    # and RTX 6000 Ada outscore the A100 80GB on CNN-style criteria, but only the 80 GB card is recommended
     res = rec_json(cli_json, "--workload", "cnn", "--model", "gpt2-xl", "--batch", "2", "--seq-len", "1024",
-                   "--top", "100")
+                   "--top", "100", "--attention", "eager")
     excluded = {g["gpu_id"]: g for g in res["excluded"]}
     ranked = {g["gpu_id"]: g for g in res["ranked"]}
     assert {"l40s", "rtx-6000-ada"} <= set(excluded) and "a100-sxm4-80gb" in ranked
@@ -817,12 +817,14 @@ def test_sharded_options_respect_budget_nodes_and_the_given_strategy(cli_json):
 
 def test_flash_attention_reaches_the_memory_fit_and_the_speed_column(cli_json):
     """Llama 2 7B at 8,192 tokens under FSDP on 8 GPUs: eager attention keeps 32 heads x
-    8,192^2 scores per layer and fits nowhere (exit 4); with --flash-attention the 80 GB
-    H100 qualifies, and its speed is exactly what 'gpusizer estimate' says for that run."""
+    8,192^2 scores per layer and fits nowhere (exit 4); with fused attention (the default, and
+    the old --flash-attention) the 80 GB H100 qualifies, and its speed is exactly what
+    'gpusizer estimate' says for that run."""
     args = ("recommend", "--workload", "llm-train", "--model", "llama-2-7b", "--seq-len", "8192", "--batch", "1",
             "--gpus", "8", "--strategy", "fsdp", "--top", "50")
-    eager = cli_json(*args, code=4)
+    eager = cli_json(*args, "--attention", "eager", code=4)
     flash = cli_json(*args, "--flash-attention")
+    assert cli_json(*args) == flash
     assert eager["input"]["flash_attention"] is False and flash["input"]["flash_attention"] is True
     assert eager["results"]["ranked"] == []
     ranked = {g["gpu_id"]: g for g in flash["results"]["ranked"]}

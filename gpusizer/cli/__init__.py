@@ -13,6 +13,7 @@ from gpusizer.cli import estimate as _estimate  # noqa: F401
 from gpusizer.cli import fit as _fit  # noqa: F401
 from gpusizer.cli import probe as _probe  # noqa: F401
 from gpusizer.cli import recommend as _recommend  # noqa: F401
+from gpusizer.cli import serve as _serve  # noqa: F401
 from gpusizer.cli.root import app, main
 
 __all__ = ["app", "main"]

@@ -13,8 +13,10 @@ import typer
 
 from gpusizer.choices import Phase
 from gpusizer.cli.options import (
+    AttentionOpt,
     CatalogOpt,
     CheckpointOpt,
+    DoubleQuantOpt,
     FlashOpt,
     GpusPerNodeOpt,
     GradAccumOpt,
@@ -23,10 +25,15 @@ from gpusizer.cli.options import (
     ImageOpt,
     InterconnectOpt,
     JsonOpt,
+    KvCacheOpt,
+    LogitsOpt,
+    LoraOpt,
+    LoraTargetsOpt,
     ModelOpt,
     NodesOpt,
     OptimizerOptT,
     ParamsOpt,
+    QloraOpt,
     SeqOpt,
     StrategyOptT,
     TrainOpt,
@@ -34,6 +41,7 @@ from gpusizer.cli.options import (
     _console,
     _load_catalog,
     _warn,
+    adapter_settings,
     precision_help,
 )
 from gpusizer.cli.root import app, guarded
@@ -93,6 +101,13 @@ def estimate_cmd(
     head: HeadOptT = "lm",
     checkpointing: CheckpointOpt = False,
     flash_attention: FlashOpt = False,
+    attention: AttentionOpt = "fused",
+    logits: LogitsOpt = "last",
+    kv_cache: KvCacheOpt = "auto",
+    lora: LoraOpt = None,
+    qlora: QloraOpt = False,
+    lora_targets: LoraTargetsOpt = "all-linear",
+    double_quant: DoubleQuantOpt = True,
     grad_accumulation: GradAccumOpt = 1,
     epochs: EpochsOpt = None,
     dataset_size: DatasetOpt = None,
@@ -111,7 +126,8 @@ def estimate_cmd(
         epochs=epochs, dataset_size=dataset_size, tokens=tokens, price_per_hour=price_per_hour,
         catalog=_load_catalog(catalog), cache_dir=_cache_dir(), mode="train" if train else "inference",
         batch=batch, seq_len=seq_len, image_size=image_size, optimizer=optimizer, strategy=strategy,
-        head=head, checkpointing=checkpointing, flash_attention=flash_attention,
+        head=head, checkpointing=checkpointing, attention="fused" if flash_attention else attention, logits=logits,
+        kv_cache=kv_cache, adapter=adapter_settings(lora, qlora, lora_targets, double_quant),
     )
     res = result.results
     if json_out:

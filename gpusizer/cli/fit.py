@@ -7,18 +7,25 @@ from typing import Annotated, Literal
 import typer
 
 from gpusizer.cli.options import (
+    AttentionOpt,
     BatchOpt,
     CatalogOpt,
     CheckpointOpt,
+    DoubleQuantOpt,
     FlashOpt,
     GradAccumOpt,
     HeadOptT,
     HfConfigOpt,
     ImageOpt,
     JsonOpt,
+    KvCacheOpt,
+    LogitsOpt,
+    LoraOpt,
+    LoraTargetsOpt,
     ModelOpt,
     OptimizerOptT,
     ParamsOpt,
+    QloraOpt,
     SeqOpt,
     StrategyOptT,
     TopOpt,
@@ -29,13 +36,13 @@ from gpusizer.cli.options import (
     _local_report,
     _parse_overhead,
     _warn,
+    adapter_settings,
     precision_help,
 )
 from gpusizer.cli.root import app, guarded
 from gpusizer.domain.precision import (
     STORAGE_PRECISIONS,
     StoragePrecision,
-    default_precision,
 )
 from gpusizer.errors import ExitCode, UsageError
 
@@ -63,6 +70,13 @@ def fit_model_cmd(
     optimizer: OptimizerOptT = "adamw",
     checkpointing: CheckpointOpt = False,
     flash_attention: FlashOpt = False,
+    attention: AttentionOpt = "fused",
+    logits: LogitsOpt = "last",
+    kv_cache: KvCacheOpt = "auto",
+    lora: LoraOpt = None,
+    qlora: QloraOpt = False,
+    lora_targets: LoraTargetsOpt = "all-linear",
+    double_quant: DoubleQuantOpt = True,
     head: HeadOptT = "lm",
     grad_accumulation: GradAccumOpt = 1,
     gpus: Annotated[int, typer.Option(min=1, help="GPUs the run is spread over.")] = 1,
@@ -84,9 +98,11 @@ def fit_model_cmd(
     result = api.fit_model(
         model, params=params, hf_config=hf_config, gpu=gpu, probe=_local_report(catalog) if local else None,
         method=method, catalog=None if local else _load_catalog(catalog), cache_dir=_cache_dir(),
-        mode=mode, precision=precision or default_precision(mode), optimizer=optimizer,
+        mode=mode, precision=precision, optimizer=optimizer,
         batch=batch, seq_len=seq_len, image_size=image_size, target_len=target_len, checkpointing=checkpointing,
-        flash_attention=flash_attention, head=head, persistent_grads=grad_accumulation > 1, gpus=gpus,
+        attention="fused" if flash_attention else attention, logits=logits, kv_cache=kv_cache,
+        adapter=adapter_settings(lora, qlora, lora_targets, double_quant),
+        head=head, persistent_grads=grad_accumulation > 1, gpus=gpus,
         strategy=strategy, context_bytes=_parse_overhead(overhead),
     )
     if json_out:

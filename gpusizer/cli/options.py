@@ -8,8 +8,9 @@ from typing import Annotated, Any
 
 import typer
 
-from gpusizer.choices import Head, Optimizer
+from gpusizer.choices import Attention, Head, Logits, Optimizer
 from gpusizer.domain.parallelism import Strategy
+from gpusizer.domain.precision import KvCache
 from gpusizer.errors import UsageError
 
 # --------------------------------------------------------------------------
@@ -73,9 +74,39 @@ ModelOpt = Annotated[str | None, typer.Option("--model", help="A model from the 
 HfConfigOpt = Annotated[Path | None, typer.Option("--hf-config", help="A local Hugging Face config.json (no network).")]
 BatchOpt = Annotated[int | None, typer.Option("--batch", min=1, help="Batch per GPU (per model replica with tp). Default 1.")]
 SeqOpt = Annotated[int | None, typer.Option("--seq-len", min=1, help="Sequence length in tokens (transformers, RNNs).")]
-FlashOpt = Annotated[bool, typer.Option(
-    "--flash-attention", help="Fused attention (FlashAttention, PyTorch SDPA): no s x s score matrix is kept, and "
-                              "causal models compute half of it.")]
+AttentionOpt = Annotated[Attention, typer.Option(
+    "--attention", help="fused (default: PyTorch SDPA, FlashAttention, every serving engine): no s x s score matrix "
+                        "is kept and causal models compute half of it; eager: the score matrix is materialised.")]
+#: the option before fused attention became the default; kept so old command lines still run
+FlashOpt = Annotated[bool, typer.Option("--flash-attention", hidden=True, help="Same as --attention fused.")]
+LogitsOpt = Annotated[Logits, typer.Option(
+    "--logits", help="Inference: last = logits of the last position only, as generate() and serving engines compute "
+                     "(default); all = every position, as a plain forward pass for scoring or evaluation.")]
+KvCacheOpt = Annotated[KvCache, typer.Option(
+    "--kv-cache", help="KV-cache format during inference: auto (the activations' precision, default), fp16, bf16, "
+                       "fp8, int8 or int4.")]
+LoraOpt = Annotated[int | None, typer.Option(
+    "--lora", min=1, max=65_536, metavar="RANK",
+    help="Fine-tune LoRA adapters of this rank on a frozen 16-bit base (fp32 adapters and optimizer state, "
+         "16-bit autocast: peft with Trainer(bf16=True)).")]
+QloraOpt = Annotated[bool, typer.Option(
+    "--qlora", help="QLoRA: the frozen base's linear layers in 4-bit NF4 with blockwise absmax (double quantised "
+                    "unless --no-double-quant); adapters as --lora (rank 16 unless given).")]
+LoraTargetsOpt = Annotated[str, typer.Option(
+    "--lora-targets", help="Which linear layers get adapters: all-linear (default, every linear but the output "
+                           "head, as peft's 'all-linear'), attention, mlp, or names among q,k,v,o,gate,up,down.")]
+DoubleQuantOpt = Annotated[bool, typer.Option(
+    "--double-quant/--no-double-quant", help="QLoRA: quantise the absmax constants too (0.127 against 0.5 bits per "
+                                             "weight).")]
+
+
+def adapter_settings(lora: int | None, qlora: bool, targets: str, double_quant: bool) -> dict[str, object] | None:
+    """The RunConfig ``adapter`` for the LoRA options, or None to train every parameter."""
+    if lora is None and not qlora:
+        return None
+    names = tuple(t.strip() for t in targets.split(",") if t.strip())
+    return {"rank": lora or 16, "targets": names, "base_quantisation": "nf4" if qlora else None,
+            "double_quant": double_quant}
 ImageOpt = Annotated[int | None, typer.Option("--image-size", min=8, help="Image side in pixels (CNNs).")]
 TrainOpt = Annotated[bool, typer.Option("--train/--inference", help="Training step (default) or inference.")]
 OptimizerOptT = Annotated[Optimizer, typer.Option(help="Optimizer (training).")]

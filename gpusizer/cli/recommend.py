@@ -13,6 +13,7 @@ import typer
 from gpusizer.choices import Sort
 from gpusizer.cli import options as cli
 from gpusizer.cli.options import (
+    AttentionOpt,
     BatchOpt,
     CatalogOpt,
     FlashOpt,
@@ -89,6 +90,7 @@ def recommend_cmd(
     batch: BatchOpt = None,
     seq_len: SeqOpt = None,
     flash_attention: FlashOpt = False,
+    attention: AttentionOpt = "fused",
     image_size: ImageOpt = None,
     optimizer: OptimizerOptT = "adamw",
     strategy: StrategyOptT = "ddp",
@@ -112,7 +114,8 @@ def recommend_cmd(
 
     result = api.recommend(
         workload, model=model, params=params, hf_config=hf_config, precision=precision,
-        batch=batch, seq_len=seq_len, image_size=image_size, flash_attention=flash_attention,
+        batch=batch, seq_len=seq_len, image_size=image_size,
+        flash_attention=flash_attention or attention == "fused",
         optimizer=optimizer, strategy=strategy, gpus=gpus, nodes=nodes, interconnect=interconnect,
         budget=budget, max_power=max_power, require=_split(require), segments=_split(segment), top=top,
         sort=sort, rules=[str(p) for p in rules or ()], probe=cli._local_report(catalog) if local else None,

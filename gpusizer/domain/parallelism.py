@@ -145,6 +145,11 @@ def gpus_per_node_for(strategy: str, shard_gpus: int, nodes: int) -> int:
     return -(-shard_gpus // nodes)
 
 
+def tensor_parallel(tp: int) -> dict[str, int | str]:
+    """RunConfig settings for one model split over ``tp`` GPUs by tensor parallelism."""
+    return {"gpus": tp, "strategy": "tp" if tp > 1 else "ddp"}
+
+
 def sharded_gpus(strategy: str, gpus_per_node: int, nodes: int = 1) -> int:
     """GPUs one model is spread over by ``strategy`` (:meth:`Parallelism.of_cluster`):
     a node's GPUs for tensor parallelism, every GPU for ZeRO and FSDP."""
@@ -161,5 +166,6 @@ __all__ = [
     "sharded_gpus",
     "sharding",
     "sharding_alternative",
+    "tensor_parallel",
     "shards_weights",
 ]

@@ -169,11 +169,27 @@ _SPECS = (
 )
 PRECISIONS: dict[str, Precision] = {p.name: p for p in _SPECS}
 
+#: The formats a KV cache is kept in, and bytes per element: 16-bit by default; FP8
+#: (vLLM kv_cache_dtype="fp8", TensorRT-LLM use_fp8) and INT8/INT4 caches (TensorRT-LLM
+#: int8 KV, KIVI-style 4-bit) halve or quarter it. Scales are per head or per tensor and
+#: are negligible here.
+KvCache = Literal["auto", "fp16", "bf16", "fp8", "int8", "int4"]
+KV_CACHE_BYTES: dict[str, float] = {"fp16": 2, "bf16": 2, "fp8": 1, "int8": 1, "int4": 0.5}
+
+
+def kv_element_bytes(kv_cache: str, activation_bytes: float) -> float:
+    """Bytes per KV-cache element: the named format, or the activations' ("auto")."""
+    return activation_bytes if kv_cache == "auto" else KV_CACHE_BYTES[kv_cache]
+
+
 #: The precisions ``recommend --precision`` accepts.
 RULE_PRECISIONS: tuple[str, ...] = tuple(n for n, p in PRECISIONS.items() if p.rule_precision)
 #: What a run uses when no precision is given: AMP for training (what PyTorch
 #: training scripts and the HF Trainer with fp16=True run), fp16 for inference.
 DEFAULT_PRECISION: dict[str, StoragePrecision] = {"train": "mixed", "inference": "fp16"}
+#: LoRA and QLoRA train adapters on a frozen 16-bit base (peft with Trainer(bf16=True);
+#: QLoRA's bnb_4bit_compute_dtype=bfloat16)
+ADAPTER_BASE_PRECISION: StoragePrecision = "bf16"
 
 
 def precision_spec(name: str) -> Precision:
@@ -193,7 +209,11 @@ def storage_spec(name: str) -> Storage:
     return storage
 
 
-def default_precision(mode: str) -> StoragePrecision:
+def default_precision(mode: str, *, adapters: bool = False) -> StoragePrecision:
+    """The precision a run uses when none is given: AMP to train (a frozen 16-bit base
+    under adapters), fp16 to serve."""
+    if adapters and mode == "train":
+        return ADAPTER_BASE_PRECISION
     return DEFAULT_PRECISION[mode]
 
 

@@ -13,9 +13,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from gpusizer.choices import Mode, Optimizer
+from gpusizer.choices import Logits, Mode, Optimizer
+from gpusizer.domain.finetune import Adapter
 from gpusizer.domain.parallelism import Parallelism, Sharding, Strategy, sharding
 from gpusizer.domain.precision import (
+    KvCache,
     Precision,
     Storage,
     StoragePrecision,
@@ -51,7 +53,16 @@ class RunConfig(BaseModel):
     #: encoder-decoder models: decoder (target) length; default seq_len
     target_len: int | None = Field(default=None, ge=1, le=1 << 24)
     checkpointing: bool = False
-    flash_attention: bool = False
+    #: fused attention kernels (PyTorch SDPA, FlashAttention), the default in PyTorch,
+    #: transformers and every serving engine; False materialises the score matrix
+    flash_attention: bool = True
+    #: inference: logits of the last position only (generation, serving) or of all
+    #: positions (a plain forward pass, scoring, evaluation)
+    logits: Logits = "last"
+    #: the KV cache's format during inference ("auto": the activations' precision)
+    kv_cache: KvCache = "auto"
+    #: LoRA/QLoRA adapters on a frozen base; None trains every parameter
+    adapter: Adapter | None = None
     #: what the transformer's output head computes: vocabulary logits for every
     #: token (language modelling) or a handful of classes from one token
     head: Literal["lm", "classifier", "logits"] = "lm"
@@ -68,9 +79,18 @@ class RunConfig(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _default_precision(cls, data: Any) -> Any:
-        """No precision given: the mode's default (AMP to train, fp16 to serve)."""
+        """No precision given: the mode's default (AMP to train, fp16 to serve).
+        ``attention="fused"|"eager"`` is accepted for ``flash_attention``."""
+        if isinstance(data, dict) and "attention" in data:
+            attention = data["attention"]
+            if attention not in ("fused", "eager"):
+                raise ValueError(f"attention {attention!r} is not fused or eager")
+            data = {k: v for k, v in data.items() if k != "attention"}
+            data["flash_attention"] = attention == "fused"
         if isinstance(data, dict) and data.get("precision") is None:
-            return {**data, "precision": default_precision(data.get("mode") or "train")}
+            # adapters train on a frozen 16-bit base (peft with Trainer(bf16=True))
+            mode = data.get("mode") or "train"
+            return {**data, "precision": default_precision(mode, adapters=data.get("adapter") is not None)}
         return data
 
     @model_validator(mode="after")

@@ -13,8 +13,15 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from gpusizer.domain.finetune import (
+    ADAPTER_BYTES,
+    Adapter,
+    adapter_input_elements,
+    adapter_params,
+    require_transformer,
+)
 from gpusizer.domain.parallelism import Parallelism, sharded_gpus, sharding
-from gpusizer.domain.precision import storage_spec
+from gpusizer.domain.precision import kv_element_bytes, storage_spec
 from gpusizer.domain.run import DEFAULT_FRAGMENTATION, RunConfig, make_run_config
 from gpusizer.domain.shape import (
     CnnShape,
@@ -28,7 +35,9 @@ from gpusizer.units import GIB, MIB
 
 #: Optimizer state elements per trainable parameter (Adafactor is counted from
 #: shapes, 8-bit Adam apart; see optimizer_bytes).
-OPTIMIZER_STATES: dict[str, int] = {"sgd": 0, "momentum": 1, "adam": 2, "adamw": 2, "adafactor": 0, "adam8bit": 2}
+OPTIMIZER_STATES: dict[str, int] = {
+    "sgd": 0, "momentum": 1, "adam": 2, "adamw": 2, "adafactor": 0, "adam8bit": 2, "paged-adamw-8bit": 2,
+}
 
 #: Default fixed overhead: the CUDA context and kernels loaded by PyTorch.
 #: HF "Model training anatomy" measured 1343 MiB on a V100 before CUDA 11.7 lazy
@@ -218,6 +227,9 @@ def transformer_activation_bytes(
         logits = p * tokens_out * m.vocab // tp
     else:
         saved_logits = logits = 0
+    if cfg.adapter is not None and not cfg.checkpointing:
+        # each adapter saves its rank-r intermediate (x A) for backward, in 16 bits
+        stored += 2 * adapter_input_elements(m, cfg.adapter) * b * s // tp
     if st.autocast and not cfg.checkpointing:
         # autocast's 16-bit copies of the layer weights are saved for backward
         # (under checkpointing they are recomputed instead); sharded runs hold
@@ -279,6 +291,29 @@ def activation_bytes(shape: ModelShape, cfg: RunConfig) -> tuple[int, int, int, 
 # weights, gradients, optimizer
 
 
+class Trainable(BaseModel):
+    """The parameters a run trains, and the bytes of their gradients and optimizer state."""
+
+    model_config = ConfigDict(frozen=True)
+
+    params: int
+    grad_bytes: int | None
+    state_bytes: int | None
+    #: the trained parameters are adapters beside the model's own weights
+    adapters: bool = False
+
+
+def trainable(shape: ModelShape, cfg: RunConfig) -> Trainable:
+    """What trains: the model's trainable parameters in its storage precision, or,
+    with LoRA/QLoRA, the adapters in fp32 (the base is frozen)."""
+    if cfg.adapter is not None:
+        m = require_transformer(shape.transformer, cfg.adapter)
+        return Trainable(params=adapter_params(m, cfg.adapter), grad_bytes=ADAPTER_BYTES,
+                         state_bytes=ADAPTER_BYTES, adapters=True)
+    st = cfg.storage
+    return Trainable(params=shape.trainable, grad_bytes=st.grad_bytes, state_bytes=st.optimizer_state_bytes)
+
+
 def head_gradient_bytes(shape: ModelShape, cfg: RunConfig) -> int:
     """Gradients of the last layers, written at the very start of backward: a
     transformer's output head (vocab x hidden; with tied embeddings the
@@ -286,8 +321,8 @@ def head_gradient_bytes(shape: ModelShape, cfg: RunConfig) -> int:
     ``head_params``), an RNN's decoder (vocab x hidden)."""
     arch = shape.arch
     width = cfg.storage.grad_bytes
-    if arch is None or not cfg.training or width is None:
-        return 0
+    if arch is None or not cfg.training or width is None or cfg.adapter is not None:
+        return 0  # with adapters the output head is frozen
     shards = cfg.sharding.gradients
     if isinstance(arch, CnnShape):
         return int(arch.head_params * width / shards)
@@ -311,38 +346,54 @@ def adafactor_state_elements(shape: ModelShape) -> int:
     return 2 * int(math.isqrt(shape.trainable)) * 64
 
 
-def weight_bytes(shape: ModelShape, precision: str) -> int:
+def weight_bytes(shape: ModelShape, precision: str, adapter: Adapter | None = None) -> int:
     """Weights; for int8/int4 only the layers' linear weights are quantised,
-    embeddings and the output head stay 16-bit (GPTQ, AWQ, LLM.int8 all do this)."""
+    embeddings and the output head stay 16-bit (GPTQ, AWQ, LLM.int8 all do this).
+    QLoRA stores the same linear layers in NF4 with its absmax constants; adapters
+    add their own fp32 weights."""
     st = storage_spec(precision)
+    if adapter is not None:
+        m = require_transformer(shape.transformer, adapter)
+        extra = adapter_params(m, adapter) * ADAPTER_BYTES
+        if adapter.base_quantisation is not None:
+            quantised = min(matrix_params(m), shape.params)
+            rest = shape.params - quantised
+            return int(quantised * adapter.base_bytes_per_weight + rest * 2) + extra
+        return int(shape.params * st.weight_bytes) + extra
     if st.quantised:
-        m = shape.transformer
-        quantised = min(matrix_params(m), shape.params) if m is not None else shape.params
+        shaped = shape.transformer
+        quantised = min(matrix_params(shaped), shape.params) if shaped is not None else shape.params
         rest = shape.params - quantised
         return int(quantised * (st.weight_bytes + st.quant_scale_bytes) + rest * 2)
     return int(shape.params * st.weight_bytes)
 
 
 def optimizer_bytes(shape: ModelShape, cfg: RunConfig) -> int:
-    state_width = cfg.storage.optimizer_state_bytes
-    if not cfg.training or state_width is None:
+    train = trainable(shape, cfg)
+    if not cfg.training or train.state_bytes is None:
         return 0
-    if cfg.optimizer == "adafactor":
+    if cfg.optimizer == "adafactor" and not train.adapters:
         return 4 * adafactor_state_elements(shape)
-    if cfg.optimizer == "adam8bit":
+    if cfg.optimizer in ("adam8bit", "paged-adamw-8bit"):
         # bitsandbytes: m and v in 8 bits, one fp32 absmax per 2048-element block each
-        return int(shape.trainable * (2 + 2 * 4 / 2048))
-    return shape.trainable * OPTIMIZER_STATES[cfg.optimizer] * state_width
+        return int(train.params * (2 + 2 * 4 / 2048))
+    # Adafactor's factors of rank-r adapter matrices are about as large as the matrices
+    states = 2 if cfg.optimizer == "adafactor" else OPTIMIZER_STATES[cfg.optimizer]
+    return train.params * states * train.state_bytes
 
 
 # --------------------------------------------------------------------------
 # inference
 
 
-def kv_cache_bytes(m: TransformerShape, batch: int, seq_len: int, p: int, tp: int = 1) -> int:
-    """2 (K and V) x layers x batch x seq x kv_heads x head_dim x bytes."""
+def kv_cache_bytes(m: TransformerShape, batch: int, seq_len: int, p: float, tp: int = 1) -> int:
+    """2 (K and V) x layers x batch x seq x kv_heads x head_dim x bytes. With tensor
+    parallelism each GPU holds its share of the KV heads, but at least one: a GPU
+    whose query heads share a KV head keeps a copy of it (vLLM replicates KV heads
+    when tp exceeds their number)."""
     layers = m.decoder_layers or m.layers
-    return 2 * layers * batch * seq_len * m.n_kv_heads * m.attention_head_dim * p // tp
+    heads_per_gpu = max(1, -(-m.n_kv_heads // tp)) if tp > 1 else m.n_kv_heads
+    return int(2 * layers * batch * seq_len * heads_per_gpu * m.attention_head_dim * p)
 
 
 def inference_working_bytes(m: TransformerShape, cfg: RunConfig, seq_len: int, tp: int = 1) -> int:
@@ -359,7 +410,11 @@ def inference_working_bytes(m: TransformerShape, cfg: RunConfig, seq_len: int, t
     mlp = (3 if m.gated_mlp else 1) * p * s * b * m.ffn // tp
     attn = (2 * 4 * m.heads * s * s * b // tp) if not cfg.flash_attention else 4 * m.heads * s * b
     qkv = p * s * b * (m.heads + 2 * m.n_kv_heads) * m.attention_head_dim // tp
-    return base + max(mlp, attn + qkv) + 4 * b * m.vocab
+    # generation computes the last position's logits (in fp32); a plain forward pass
+    # keeps every position's, in the activations' dtype (transformers >= 4.45 no longer
+    # upcasts them unless it computes a loss)
+    logits = 4 * b * m.vocab if cfg.logits == "last" else p * s * b * m.vocab // tp
+    return base + max(mlp, attn + qkv) + logits
 
 
 # --------------------------------------------------------------------------
@@ -401,9 +456,9 @@ class _State(BaseModel):
 def model_state(shape: ModelShape, cfg: RunConfig) -> _State:
     """Per-GPU weights, gradients and optimizer state under the run's sharding."""
     split, par = cfg.sharding, cfg.parallelism
-    grad_width = cfg.storage.grad_bytes
-    weights = math.ceil(weight_bytes(shape, cfg.precision) / split.weights)
-    grads = math.ceil(shape.trainable * grad_width / split.gradients) if cfg.training and grad_width else 0
+    train = trainable(shape, cfg)
+    weights = math.ceil(weight_bytes(shape, cfg.precision, cfg.adapter) / split.weights)
+    grads = math.ceil(train.params * train.grad_bytes / split.gradients) if cfg.training and train.grad_bytes else 0
     opt = math.ceil(optimizer_bytes(shape, cfg) / split.optimizer)
     transient = 0
     notes: list[str] = []
@@ -411,6 +466,10 @@ def model_state(shape: ModelShape, cfg: RunConfig) -> _State:
     if par.gathers_layers and m is not None:
         # one layer gathered for compute plus one prefetched
         transient += 2 * int(layer_params(m) * cfg.storage.weight_bytes)
+    if cfg.adapter is not None and cfg.adapter.base_quantisation is not None and m is not None:
+        # each NF4 matrix is dequantised to 16 bits for its matmul, forward and backward
+        tp = split.activations
+        transient += 2 * max(m.hidden * m.ffn, m.hidden * (m.heads + 2 * m.n_kv_heads) * m.attention_head_dim) // tp
     if par.replicated_gradients and cfg.training:
         # DDP's flat gradient buckets hold a second copy of the gradients
         transient += grads
@@ -453,7 +512,7 @@ def _inference_peak(shape: ModelShape, cfg: RunConfig, state: _State) -> tuple[i
         tp = cfg.sharding.activations
         seq = transformer_seq_len(m, cfg)
         if m.has_kv_cache:
-            kv = kv_cache_bytes(m, cfg.batch, seq, cfg.storage.activation_bytes, tp)
+            kv = kv_cache_bytes(m, cfg.batch, seq, kv_element_bytes(cfg.kv_cache, cfg.storage.activation_bytes), tp)
         acts = inference_working_bytes(m, cfg, seq, tp)
         if cfg.storage.quantised:
             # each quantised matrix is dequantised to 16 bits for its matmul

@@ -24,6 +24,7 @@ from gpusizer.memory.estimate import (
     estimate_memory,
     kv_cache_bytes,
     mlp_params,
+    trainable,
     transformer_seq_len,
 )
 
@@ -175,6 +176,9 @@ class _Step(BaseModel):
     mem: MemoryBreakdown
     workload: str
     passes: float
+    #: passes over the weight matmuls: with adapters the frozen base computes no
+    #: weight gradients, only input gradients (forward + backward-data)
+    matmul_passes: float
     tp: int
     phase: str | None
 
@@ -245,7 +249,7 @@ def _transformer_flow(m: TransformerShape, shape: ModelShape, st: _Step) -> _Flo
         attn_per_token *= CAUSAL_FLASH_FRACTION
     attn = attn_per_token * tokens_per_step * st.passes / tp
     mm = _active_matrix_params(m) + _head_params(m, cfg.head)
-    flops = 2.0 * mm * tokens_per_step * st.passes / tp + attn
+    flops = 2.0 * mm * tokens_per_step * st.matmul_passes / tp + attn
     weights_read = (st.mem.weights_bytes - _embedding_bytes(m, st.storage) / tp) * (2 if st.train else 1)
     if storage_spec(st.storage).autocast:
         weights_read /= 2  # matmuls read the 16-bit copies
@@ -313,7 +317,12 @@ def model_work(
     if cfg.training and cfg.checkpointing:
         passes = 4.0  # the forward pass is recomputed during backward
         notes.append("activation checkpointing recomputes the forward pass: 4x forward FLOPs")
-    st = _Step(cfg=cfg, spec=spec, storage=storage, mem=mem, workload=wl, passes=passes, tp=tp, phase=phase)
+    matmul_passes = passes - 1.0 if cfg.training and cfg.adapter is not None else passes
+    if matmul_passes != passes:
+        notes.append("adapters on a frozen base: its matmuls compute no weight gradients, one pass of "
+                     "2 x params FLOPs per token fewer than full training")
+    st = _Step(cfg=cfg, spec=spec, storage=storage, mem=mem, workload=wl, passes=passes,
+               matmul_passes=matmul_passes, tp=tp, phase=phase)
     arch = shape.arch
     if isinstance(arch, CnnShape):
         flow = _cnn_flow(arch, shape, st)
@@ -330,8 +339,9 @@ def model_work(
         opt = 2.0 * mem.weights_bytes + mem.gradients_bytes + 2.0 * mem.optimizer_bytes
         # PyTorch AMP all-reduces fp32 gradients; FP8 training (Transformer Engine
         # with Megatron) reduces them in bf16 (grad_reduce_in_fp32=False)
-        width = spec.allreduce_grad_bytes or storage_spec(storage).grad_bytes or 4
-        grads = shape.trainable * width / tp
+        train = trainable(shape, cfg)
+        width = train.grad_bytes if train.adapters else spec.allreduce_grad_bytes or train.grad_bytes or 4
+        grads = train.params * (width or 4) / tp
     return Work(
         workload=wl, unit=flow.unit, samples_per_step=flow.samples, tokens_per_sample=flow.tokens,
         matmul_flops=flow.flops, attention_flops=flow.attention_flops, matmul_bytes=float(flow.weights_read),

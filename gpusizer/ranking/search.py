@@ -119,7 +119,7 @@ class RecommendRequest(BaseModel):
     seq_len: int | None = None
     image_size: int | None = None
     #: fused attention, for the memory fit and the speed (as in the memory and performance models)
-    flash_attention: bool = False
+    flash_attention: bool = True
     optimizer: str = "adamw"
     strategy: str = "ddp"
     gpus_per_node: int = 1

@@ -1,0 +1,83 @@
+"""The serve command: how many sequences a deployment holds, and the fewest GPUs for N users."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from gpusizer.cli.options import (
+    AttentionOpt,
+    CatalogOpt,
+    HfConfigOpt,
+    JsonOpt,
+    KvCacheOpt,
+    ModelOpt,
+    ParamsOpt,
+    _cache_dir,
+    _console,
+    _load_catalog,
+    _warn,
+    precision_help,
+)
+from gpusizer.cli.root import app, guarded
+from gpusizer.domain.precision import ALL_PRECISIONS, PrecisionName, storage_precision
+from gpusizer.errors import ExitCode
+
+ContextOpt = Annotated[int, typer.Option(
+    "--context", min=1, max=1 << 24, metavar="TOKENS",
+    help="Tokens per sequence the cache must hold: prompt plus generated tokens.")]
+UsersOpt = Annotated[int | None, typer.Option(
+    "--users", min=1, max=1 << 20, metavar="N",
+    help="Concurrent sequences to serve; the answer is the fewest GPUs (tensor-parallel) that hold them.")]
+TpOpt = Annotated[int | None, typer.Option(
+    "--tp", min=1, max=1024, metavar="N", help="Fix the tensor-parallel size instead of searching for the fewest.")]
+ServeGpuOpt = Annotated[list[str] | None, typer.Option(
+    "--gpu", metavar="GPU", help="GPUs to check (repeatable). Default: the whole catalog.")]
+ServePrecisionOpt = Annotated[PrecisionName | None, typer.Option("--precision", help=precision_help(
+    ALL_PRECISIONS, "Weight format served: "))]
+UtilizationOpt = Annotated[float, typer.Option(
+    "--gpu-memory-utilization", min=0.05, max=1.0,
+    help="Share of each GPU's memory the engine may use (vLLM's default 0.9).")]
+
+
+@app.command("serve")
+@guarded
+def serve_cmd(
+    ctx: typer.Context,
+    params: ParamsOpt = None,
+    model: ModelOpt = None,
+    hf_config: HfConfigOpt = None,
+    context: ContextOpt = 4096,
+    users: UsersOpt = None,
+    gpu: ServeGpuOpt = None,
+    tp: TpOpt = None,
+    precision: ServePrecisionOpt = None,
+    kv_cache: KvCacheOpt = "auto",
+    gpu_memory_utilization: UtilizationOpt = 0.9,
+    attention: AttentionOpt = "fused",
+    catalog: CatalogOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Serving capacity: concurrent sequences per GPU type, and the fewest GPUs for --users."""
+    from gpusizer import api
+
+    result = api.serve(
+        model, params=params, hf_config=hf_config, context=context, users=users, gpu=gpu, tp=tp,
+        gpu_memory_utilization=gpu_memory_utilization, catalog=_load_catalog(catalog), cache_dir=_cache_dir(),
+        precision=storage_precision(precision, "inference") if precision else None, kv_cache=kv_cache,
+        attention=attention,
+    )
+    if json_out:
+        from gpusizer.render.common import emit_json
+
+        emit_json(result.document())
+    else:
+        from gpusizer.render.serve import serve_table, serve_verdict
+
+        _warn(ctx, result.notes)
+        console = _console(ctx)
+        console.print(serve_table(result.results))
+        console.print(serve_verdict(result.results), markup=False)
+    if not result.fits:
+        raise typer.Exit(int(ExitCode.NOTHING_FITS))

@@ -1,0 +1,145 @@
+"""Fine-tuning with adapters: LoRA and QLoRA, and the parameters they train.
+
+An :class:`Adapter` on a :class:`~gpusizer.domain.run.RunConfig` says the base
+model is frozen and only low-rank adapters train. :func:`adapter_params` counts
+the adapters exactly from the model's shape: a rank-``r`` LoRA on a linear layer
+of ``n_in`` inputs and ``n_out`` outputs adds ``r * (n_in + n_out)`` parameters
+(A is r x n_in, B is n_out x r; Hu et al. 2021, "LoRA", section 4).
+
+The recipe assumed, as peft with ``Trainer(bf16=True)`` runs it:
+
+* the frozen base in 16 bits (LoRA) or in 4-bit NF4 with blockwise absmax
+  constants (QLoRA, Dettmers et al. 2023), dequantised on the fly for each matmul;
+* the adapters and their optimizer state in fp32 (:data:`ADAPTER_BYTES`);
+* compute under 16-bit autocast; activations of backprop through the frozen base.
+
+``targets`` follows peft: ``all-linear`` is every linear layer but the output head
+(peft's ``"all-linear"``; on mixture-of-experts models that includes each
+expert's projections and the router), ``attention`` the q, k, v and o
+projections, ``mlp`` the feed-forward projections, or a list of the names
+``q, k, v, o, gate, up, down``.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from gpusizer.domain.shape import TransformerShape
+from gpusizer.errors import UsageError
+
+#: The projection names a target list may use, and the sets they stand for.
+LINEAR_NAMES: tuple[str, ...] = ("q", "k", "v", "o", "gate", "up", "down")
+TARGET_SETS: dict[str, tuple[str, ...]] = {
+    "all-linear": LINEAR_NAMES,
+    "attention": ("q", "k", "v", "o"),
+    "mlp": ("gate", "up", "down"),
+}
+#: peft keeps adapter weights in fp32 (and their gradients and Adam state with them).
+ADAPTER_BYTES = 4
+#: QLoRA's NF4: 4 bits a weight, one absmax per block of 64 weights. Without double
+#: quantisation the absmax is fp32 (32/64 = 0.5 bits a weight); with it, the absmax
+#: is 8-bit with one fp32 constant per 256 blocks (8/64 + 32/(64 x 256) = 0.127
+#: bits). Dettmers et al. 2023, "QLoRA", section 3, "Double Quantization".
+NF4_BITS = 4.0
+NF4_BLOCK = 64
+NF4_DQ_BLOCK = 256
+
+
+class Adapter(BaseModel):
+    """Low-rank adapters on a frozen base: LoRA, or QLoRA (a 4-bit NF4 base)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    rank: int = Field(ge=1, le=65_536)
+    #: the projections that get adapters (see the module docstring)
+    targets: tuple[str, ...] = ("all-linear",)
+    #: QLoRA: the base's linear layers stored in 4-bit NF4
+    base_quantisation: Literal["nf4"] | None = None
+    #: QLoRA's double quantisation of the absmax constants (bitsandbytes' default in peft recipes)
+    double_quant: bool = True
+
+    @field_validator("targets")
+    @classmethod
+    def _known_targets(cls, targets: tuple[str, ...]) -> tuple[str, ...]:
+        for name in targets:
+            if name not in TARGET_SETS and name not in LINEAR_NAMES:
+                raise ValueError(
+                    f"unknown adapter target {name!r}: use all-linear, attention, mlp, or names among "
+                    f"{', '.join(LINEAR_NAMES)}")
+        if not targets:
+            raise ValueError("adapters need at least one target")
+        return targets
+
+    @property
+    def modules(self) -> frozenset[str]:
+        """The projection names the targets stand for."""
+        out: set[str] = set()
+        for name in self.targets:
+            out.update(TARGET_SETS.get(name, (name,)))
+        return frozenset(out)
+
+    @property
+    def method(self) -> Literal["lora", "qlora"]:
+        return "qlora" if self.base_quantisation else "lora"
+
+    @property
+    def base_bytes_per_weight(self) -> float:
+        """Bytes per quantised base weight, its absmax constants included."""
+        if self.double_quant:
+            scale_bits = 8 / NF4_BLOCK + 32 / (NF4_BLOCK * NF4_DQ_BLOCK)
+        else:
+            scale_bits = 32 / NF4_BLOCK
+        return (NF4_BITS + scale_bits) / 8
+
+
+def _linears(m: TransformerShape) -> list[tuple[str, int, int, int]]:
+    """(name, inputs, outputs, count) of every linear layer but the output head."""
+    h, d, a, g, f = m.hidden, m.attention_head_dim, m.heads, m.n_kv_heads, m.ffn
+    attention_blocks = m.layers + 2 * m.decoder_layers  # decoder self- and cross-attention
+    layers = m.layers + m.decoder_layers
+    out = [
+        ("q", h, a * d, attention_blocks), ("k", h, g * d, attention_blocks),
+        ("v", h, g * d, attention_blocks), ("o", a * d, h, attention_blocks),
+    ]
+    mlps = layers * m.experts
+    if m.gated_mlp:
+        out += [("gate", h, f, mlps), ("up", h, f, mlps), ("down", f, h, mlps)]
+    else:
+        out += [("up", h, f, mlps), ("down", f, h, mlps)]
+    if m.experts > 1:
+        out.append(("gate", h, m.experts, layers))  # the router, a linear layer peft adapts too
+    return out
+
+
+def adapter_params(m: TransformerShape, adapter: Adapter) -> int:
+    """Trainable parameters the adapters add: rank x (inputs + outputs) per targeted linear."""
+    wanted = adapter.modules
+    return sum(adapter.rank * (n_in + n_out) * count for name, n_in, n_out, count in _linears(m) if name in wanted)
+
+
+def adapter_input_elements(m: TransformerShape, adapter: Adapter) -> int:
+    """Rank-sized intermediates (x A) the adapters save per token for backward."""
+    wanted = adapter.modules
+    return sum(adapter.rank * count for name, _, _, count in _linears(m) if name in wanted)
+
+
+def require_transformer(m: TransformerShape | None, adapter: Adapter) -> TransformerShape:
+    """Adapters attach to a transformer's linear layers: its shape must be known."""
+    if m is None:
+        raise UsageError(
+            f"{adapter.method.upper()} attaches adapters to a transformer's linear layers and needs its shape",
+            hint="describe the model by name or by its Hugging Face config", field="lora")
+    return m
+
+
+__all__ = [
+    "ADAPTER_BYTES",
+    "LINEAR_NAMES",
+    "TARGET_SETS",
+    "Adapter",
+    "adapter_input_elements",
+    "adapter_params",
+    "require_transformer",
+]

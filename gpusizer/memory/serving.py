@@ -1,0 +1,171 @@
+"""Serving capacity: how many sequences of a given context a deployment holds at once.
+
+Serving engines (vLLM, SGLang, TensorRT-LLM) keep the KV cache in fixed-size
+blocks and give it whatever memory is left once the weights, the activations of
+the largest batch they schedule, and their own reserves are placed. This module
+follows vLLM's accounting (``gpu_memory_utilization``, 16-token blocks):
+
+    KV budget = utilization x GPU memory - weights - peak activations
+                - CUDA context - CUDA-graph reserve
+    blocks    = KV budget / (16 tokens x KV bytes per token)
+    sequences = blocks / ceil(context / 16)
+
+With tensor parallelism each GPU holds 1/tp of the weights and of the KV heads
+(at least one KV head: vLLM replicates them when tp exceeds their number).
+"""
+
+from __future__ import annotations
+
+import math
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from gpusizer.domain.parallelism import Parallelism, tensor_parallel
+from gpusizer.domain.precision import kv_element_bytes
+from gpusizer.domain.run import RunConfig
+from gpusizer.domain.shape import ModelShape, TransformerShape
+from gpusizer.errors import UsageError
+from gpusizer.memory.estimate import DEFAULT_CONTEXT_BYTES, check_layout, estimate_memory, kv_cache_bytes
+from gpusizer.units import GIB
+
+#: vLLM's paged KV cache: 16 tokens a block (``--block-size`` default).
+BLOCK_TOKENS = 16
+#: vLLM's default ``--gpu-memory-utilization``: the share of GPU memory the engine may use.
+DEFAULT_UTILIZATION = 0.9
+#: The prefill chunk the engine profiles its activation peak with (vLLM V1's
+#: ``max_num_batched_tokens`` for the API server).
+MAX_BATCHED_TOKENS = 8192
+#: Sequences sampled together at most (vLLM's ``--max-num-seqs`` default, 256); their
+#: last-position logits are live at once.
+MAX_NUM_SEQS = 256
+#: Memory CUDA-graph capture keeps outside the KV cache. vLLM logs it at start-up
+#: ("Graph capturing finished in N secs, took X GiB"); it grows with the batch sizes
+#: captured and the model's layers.
+CUDA_GRAPH_BYTES = GIB // 2
+#: Tensor parallelism stays inside a node: its all-reduces run twice per layer and
+#: need NVLink-class bandwidth, and nodes hold at most 8 GPUs (DGX/HGX)
+MAX_TP = 8
+
+
+class ServingCapacity(BaseModel):
+    """What one GPU of a tensor-parallel group holds when serving, and the concurrency."""
+
+    model_config = ConfigDict(frozen=True)
+
+    tp: int
+    context_tokens: int
+    gpu_memory_bytes: int
+    utilization: float
+    #: utilization x GPU memory
+    budget_bytes: int
+    weights_bytes: int
+    #: activations of the largest scheduled batch (a prefill chunk), the sampler's logits
+    activation_bytes: int
+    context_bytes: int
+    cuda_graph_bytes: int
+    #: what is left for the KV cache (negative: the model does not fit)
+    kv_budget_bytes: int
+    kv_bytes_per_token: int
+    blocks: int
+    #: sequences of ``context_tokens`` held at once (0: not even one)
+    max_concurrency: int
+    kv_cache: str
+
+    @property
+    def fits(self) -> bool:
+        return self.max_concurrency >= 1
+
+
+def _kv_per_token(m: TransformerShape, cfg: RunConfig, tp: int) -> int:
+    p = kv_element_bytes(cfg.kv_cache, cfg.storage.activation_bytes)
+    return max(1, kv_cache_bytes(m, 1, 1, p, tp))
+
+
+def serving_capacity(
+    shape: ModelShape, cfg: RunConfig, gpu_memory_bytes: int, context: int, *,
+    utilization: float = DEFAULT_UTILIZATION, max_batched_tokens: int = MAX_BATCHED_TOKENS,
+    cuda_graph_bytes: int = CUDA_GRAPH_BYTES,
+) -> ServingCapacity:
+    """The concurrency one tensor-parallel group holds for sequences of ``context``
+    tokens; ``cfg.gpus`` with ``cfg.strategy == "tp"`` is the group's size."""
+    m = shape.transformer
+    if m is None or not m.has_kv_cache:
+        raise UsageError("serving capacity counts a decoder's KV cache: the model needs a decoder's shape",
+                         hint="describe the model by name or by its Hugging Face config", field="model")
+    if not 0 < utilization <= 1:
+        raise UsageError(f"GPU memory utilization {utilization:g} must be in (0, 1]", field="gpu_memory_utilization")
+    if context < 1:
+        raise UsageError("the context must be at least 1 token", field="seq_len")
+    cfg = cfg.model_copy(update={"mode": "inference"})
+    check_layout(shape, cfg)
+    tp = Parallelism.of(cfg.strategy, cfg.gpus).tp
+    # the engine profiles one prefill chunk; its weights and working activations
+    chunk = cfg.model_copy(update={"batch": 1, "seq_len": min(max_batched_tokens, max(context, 1))})
+    mem = estimate_memory(shape, chunk)
+    sampler = 4 * m.vocab * MAX_NUM_SEQS // tp  # fp32 logits of the sequences sampled together
+    activations = mem.activations_bytes + mem.transient_bytes + sampler
+    context_bytes = DEFAULT_CONTEXT_BYTES if cfg.context_bytes is None else cfg.context_bytes
+    budget = int(gpu_memory_bytes * utilization)
+    kv_budget = budget - mem.weights_bytes - activations - context_bytes - cuda_graph_bytes
+    per_token = _kv_per_token(m, cfg, tp)
+    blocks = max(0, kv_budget // (BLOCK_TOKENS * per_token))
+    concurrency = blocks // math.ceil(context / BLOCK_TOKENS)
+    return ServingCapacity(
+        tp=tp, context_tokens=context, gpu_memory_bytes=gpu_memory_bytes, utilization=utilization,
+        budget_bytes=budget, weights_bytes=mem.weights_bytes, activation_bytes=activations,
+        context_bytes=context_bytes, cuda_graph_bytes=cuda_graph_bytes, kv_budget_bytes=kv_budget,
+        kv_bytes_per_token=per_token, blocks=blocks, max_concurrency=concurrency, kv_cache=cfg.kv_cache,
+    )
+
+
+class ServingPlan(BaseModel):
+    """The fewest GPUs (one tensor-parallel group) that serve ``users`` sequences at once."""
+
+    model_config = ConfigDict(frozen=True)
+
+    users: int = Field(ge=1)
+    #: None: no tensor-parallel size the model allows reaches the users
+    gpus: int | None
+    capacity: ServingCapacity | None
+    #: every tensor-parallel size tried, smallest first
+    tried: tuple[ServingCapacity, ...]
+
+
+def tp_sizes(m: TransformerShape, limit: int = 64) -> tuple[int, ...]:
+    """Tensor-parallel sizes a model allows: divisors of its attention heads (and,
+    as serving engines require, of its KV heads or multiples of them)."""
+    out = []
+    for n in range(1, min(m.heads, limit) + 1):
+        if m.heads % n == 0 and (m.n_kv_heads % n == 0 or n % m.n_kv_heads == 0):
+            out.append(n)
+    return tuple(out)
+
+
+def fewest_gpus_to_serve(
+    shape: ModelShape, cfg: RunConfig, gpu_memory_bytes: int, context: int, users: int, *,
+    utilization: float = DEFAULT_UTILIZATION, max_gpus: int = MAX_TP,
+) -> ServingPlan:
+    """The smallest tensor-parallel group, up to ``max_gpus``, whose KV cache holds ``users``
+    sequences of ``context``."""
+    m = shape.transformer
+    if m is None:
+        raise UsageError("serving capacity needs a decoder's shape", field="model")
+    tried = []
+    for tp in tp_sizes(m, max_gpus):
+        run = cfg.model_copy(update=tensor_parallel(tp))
+        cap = serving_capacity(shape, run, gpu_memory_bytes, context, utilization=utilization)
+        tried.append(cap)
+        if cap.max_concurrency >= users:
+            return ServingPlan(users=users, gpus=tp, capacity=cap, tried=tuple(tried))
+    return ServingPlan(users=users, gpus=None, capacity=None, tried=tuple(tried))
+
+
+__all__ = [
+    "BLOCK_TOKENS",
+    "DEFAULT_UTILIZATION",
+    "ServingCapacity",
+    "ServingPlan",
+    "fewest_gpus_to_serve",
+    "serving_capacity",
+    "tp_sizes",
+]
