@@ -39,7 +39,7 @@ from gpusizer.errors import DataFileError, NothingFitsError, UsageError
 from gpusizer.hardware.browse import CompareRow, Comparison
 from gpusizer.hardware.catalog import Catalog, Gpu
 from gpusizer.hardware.probe import HostSnapshot, ProbeReport
-from gpusizer.memory.estimate import MemoryBreakdown, estimate_memory
+from gpusizer.memory.estimate import MemoryBreakdown, estimate_memory, largest_batch
 from gpusizer.memory.fit import FitReport, GpuFit, capacities_from_catalog, capacities_from_probe, fit_rule_of_thumb
 from gpusizer.memory.fit import fit_model as _fit
 from gpusizer.memory.serving import (
@@ -60,6 +60,8 @@ from gpusizer.performance.planning import (
     scaling_curve,
     time_to_train,
 )
+from gpusizer.performance.serving import ServingSpeed, concurrency_for_latency, serving_speed
+from gpusizer.performance.work import default_seq_len
 from gpusizer.ranking.search import Recommendation
 from gpusizer.units import parse_count
 
@@ -274,6 +276,8 @@ class EstimateResults(BaseModel):
     price_per_gpu_hour_usd: float | None = None
     cluster_cost_per_hour_usd: float | None = None
     estimate: PerfEstimate | None = None
+    #: serving a decoder: TTFT, inter-token latency and tokens/s at the concurrency
+    serving: ServingSpeed | None = None
 
 
 class EstimateResult(Result):
@@ -318,9 +322,16 @@ def estimate(
     nics_per_node: int | None = None, precision: str | None = None, tf32: bool = True, phase: str | None = None,
     cuda_graphs: bool = True, grad_accumulation: int = 1, epochs: float | None = None,
     dataset_size: str | int | None = None, tokens: str | int | None = None, price_per_hour: float | None = None,
-    run: RunConfig | None = None, catalog: Catalog | None = None, cache_dir: Path | None = None, **settings: Any,
+    prompt: int | None = None, max_itl_ms: float | None = None, run: RunConfig | None = None,
+    catalog: Catalog | None = None, cache_dir: Path | None = None, **settings: Any,
 ) -> EstimateResult:
     """Throughput, step-time breakdown, scaling, time-to-train and cost of a run.
+
+    Serving a decoder (inference, decode phase), the results also carry the
+    time to first token of a ``prompt`` (default: the whole context), the
+    inter-token latency and per-user and aggregate tokens/s at the batch, which
+    is the concurrency; ``max_itl_ms`` picks the largest concurrency that meets
+    that latency.
 
     ``gpus`` is GPUs per node. ``precision`` is the math precision (tf32 and
     fp8 included); the memory model counts its storage precision.
@@ -352,10 +363,9 @@ def estimate(
     inputs = {
         "model": shape.name, "params": shape.params, "gpu": gpu, "resolved_id": g.id, "gpus": gpus, "nodes": nodes,
         "interconnect": interconnect, "nics_per_node": nics_per_node, "precision": prec,
-        "memory_precision": mem_prec, "tf32": tf32, "batch": cfg.batch, "seq_len": cfg.seq_len,
-        "image_size": cfg.image_size, "mode": mode, "phase": phase, "optimizer": cfg.optimizer,
-        "strategy": cfg.strategy, "grad_accumulation": grad_accumulation, "cuda_graphs": cuda_graphs,
-        "epochs": epochs, "dataset_size": dataset_size, "tokens": tokens, "price_per_hour": price_per_hour,
+        "memory_precision": mem_prec, "tf32": tf32, **_run_echo(cfg), "phase": phase,
+        "grad_accumulation": grad_accumulation, "cuda_graphs": cuda_graphs, "epochs": epochs,
+        "dataset_size": dataset_size, "tokens": tokens, "price_per_hour": price_per_hour,
         "catalog_files": list(cat.files),
     }
     mem_cfg = cfg.model_copy(update={"gpus": sharded_gpus(cfg.strategy, gpus, nodes)})
@@ -363,42 +373,114 @@ def estimate(
         try:
             choice = default_batch(shape, cfg, g.memory_bytes, precision=prec, phase=phase, nodes=nodes)
         except NothingFitsError as exc:
-            one = estimate_memory(shape, mem_cfg)
-            memory = MemoryCheck(per_gpu_bytes=one.total_bytes, capacity_bytes=g.memory_bytes, fits=False)
-            why = exc.message + (f"; {exc.hint}" if exc.hint else "")
-            results = EstimateResults(
-                gpu=g.id, gpu_name=g.name, fits=False, reason=exc.message, hint=exc.hint, memory=memory,
-                batch_source="nothing fits: batch 1 exceeds the GPU's memory",
-            )
-            return EstimateResult(input={**inputs, "batch": None}, results=results,
-                                  notes=tuple(dict.fromkeys([*notes, why])), gpu=g)
+            return _nothing_fits(exc, shape, mem_cfg, g, inputs, notes)
         cfg = cfg.model_copy(update={"batch": choice.batch})
         mem_cfg = mem_cfg.model_copy(update={"batch": choice.batch})
         batch_note = choice.reason
         inputs["batch"] = choice.batch
     else:
         batch_note = "given"
-    return _estimate_run(shape, cfg, mem_cfg, g, inputs, notes, batch_note, amount, prec, phase, nodes, interconnect,
-                         nics_per_node, tf32, grad_accumulation, cuda_graphs, price_per_hour)
+    perf = _PerfArgs(nodes=nodes, interconnect=interconnect, nics_per_node=nics_per_node, tf32=tf32,
+                     compute_precision=prec, phase=phase, grad_accumulation=grad_accumulation, cuda_graphs=cuda_graphs)
+    serving = None
+    if _serves(shape, cfg, phase):
+        inputs["prompt"] = prompt or cfg.seq_len or default_seq_len(shape)
+        inputs["max_itl_ms"] = max_itl_ms
+        serving, cfg, batch_note = _serving(shape, cfg, mem_cfg, g, perf, inputs["prompt"], max_itl_ms, batch_note,
+                                            notes)
+        mem_cfg = mem_cfg.model_copy(update={"batch": cfg.batch})
+        inputs["batch"] = cfg.batch
+    elif max_itl_ms is not None or prompt is not None:
+        raise UsageError("a prompt length and a latency target are for serving a decoder (inference, decode)",
+                         field="max_itl_ms" if max_itl_ms is not None else "prompt")
+    return _estimate_run(shape, cfg, mem_cfg, g, inputs, notes, batch_note, amount, perf, price_per_hour, serving)
+
+
+def _nothing_fits(
+    exc: NothingFitsError, shape: ModelShape, mem_cfg: RunConfig, g: Gpu, inputs: dict[str, Any], notes: list[str],
+) -> EstimateResult:
+    """The estimate when not even batch 1 fits: why, and the memory batch 1 needs."""
+    one = estimate_memory(shape, mem_cfg)
+    memory = MemoryCheck(per_gpu_bytes=one.total_bytes, capacity_bytes=g.memory_bytes, fits=False)
+    why = exc.message + (f"; {exc.hint}" if exc.hint else "")
+    results = EstimateResults(
+        gpu=g.id, gpu_name=g.name, fits=False, reason=exc.message, hint=exc.hint, memory=memory,
+        batch_source="nothing fits: batch 1 exceeds the GPU's memory",
+    )
+    return EstimateResult(input={**inputs, "batch": None}, results=results,
+                          notes=tuple(dict.fromkeys([*notes, why])), gpu=g)
+
+
+def _run_echo(cfg: RunConfig) -> dict[str, Any]:
+    """The run settings every estimate echoes in its input."""
+    return cfg.model_dump(mode="json", include={
+        "batch", "seq_len", "image_size", "mode", "optimizer", "strategy", "flash_attention", "logits", "kv_cache",
+        "checkpointing", "adapter"})
+
+
+class _PerfArgs(BaseModel):
+    """The performance model's settings beyond the RunConfig."""
+
+    model_config = _FROZEN
+
+    nodes: int
+    interconnect: str | None
+    nics_per_node: int | None
+    tf32: bool
+    compute_precision: str
+    phase: str | None
+    grad_accumulation: int
+    cuda_graphs: bool
+
+    def kwargs(self) -> dict[str, Any]:
+        return self.model_dump(exclude={"nodes"})
+
+
+def _serves(shape: ModelShape, cfg: RunConfig, phase: str | None) -> bool:
+    m = shape.transformer
+    return not cfg.training and m is not None and m.has_kv_cache and phase != "prefill"
+
+
+def _serving(
+    shape: ModelShape, cfg: RunConfig, mem_cfg: RunConfig, g: Gpu, perf: _PerfArgs, prompt: int,
+    max_itl_ms: float | None, batch_note: str, notes: list[str],
+) -> tuple[ServingSpeed | None, RunConfig, str]:
+    """Serving latency at the batch (the concurrency), or the largest concurrency
+    meeting ``max_itl_ms`` within what memory holds."""
+    context = cfg.seq_len or default_seq_len(shape)
+    kw = {**perf.kwargs(), "nodes": perf.nodes}
+    kw.pop("phase")
+    if max_itl_ms is None:
+        return serving_speed(g, shape, cfg, context=context, prompt=prompt, concurrency=cfg.batch, **kw), cfg, \
+            batch_note
+    if not max_itl_ms > 0:
+        raise UsageError(f"the latency target {max_itl_ms:g} ms must be positive", field="max_itl_ms")
+    limit = largest_batch(shape, mem_cfg.model_copy(update={"seq_len": context}), g.memory_bytes) or 1
+    found = concurrency_for_latency(g, shape, cfg, context=context, prompt=prompt, max_itl_s=max_itl_ms / 1e3,
+                                    limit=limit, **kw)
+    if found is None:
+        notes.append(f"even one sequence takes longer than {max_itl_ms:g} ms a token on {g.id}: "
+                     "the latency target cannot be met (the estimate below is at concurrency 1)")
+        one = cfg.model_copy(update={"batch": 1})
+        return serving_speed(g, shape, one, context=context, prompt=prompt, concurrency=1, **kw), one, \
+            "latency target not met: concurrency 1"
+    note = f"largest concurrency with an inter-token latency of at most {max_itl_ms:g} ms (memory holds {limit})"
+    return found, cfg.model_copy(update={"batch": found.concurrency}), note
 
 
 def _estimate_run(
     shape: ModelShape, cfg: RunConfig, mem_cfg: RunConfig, g: Gpu, inputs: dict[str, Any], notes: list[str],
-    batch_note: str, amount: _Work, prec: str, phase: str | None, nodes: int, interconnect: str | None,
-    nics_per_node: int | None, tf32: bool, grad_accumulation: int, cuda_graphs: bool, price_per_hour: float | None,
+    batch_note: str, amount: _Work, perf: _PerfArgs, price_per_hour: float | None, serving: ServingSpeed | None,
 ) -> EstimateResult:
     mem = estimate_memory(shape, mem_cfg)
     fits = mem.total_bytes <= g.memory_bytes
     if not fits:
         notes.append(f"does not fit: {mem.total_bytes / 2**30:.1f} GiB per GPU needed, {g.memory_gib:g} GiB on "
                      f"{g.id} (gpusizer fit-model shows the breakdown); the speed below is hypothetical")
-    kwargs: dict[str, Any] = dict(
-        interconnect=interconnect, tf32=tf32, compute_precision=prec, phase=phase, nics_per_node=nics_per_node,
-        grad_accumulation=grad_accumulation, cuda_graphs=cuda_graphs,
-    )
-    est = estimate_performance(g, shape, cfg, nodes=nodes, **kwargs)
+    kwargs = perf.kwargs()
+    est = estimate_performance(g, shape, cfg, nodes=perf.nodes, **kwargs)
     notes += list(est.notes)
-    curve = scaling_curve(g, shape, cfg, scaling_counts(cfg.gpus, nodes), **kwargs)
+    curve = scaling_curve(g, shape, cfg, scaling_counts(cfg.gpus, perf.nodes), **kwargs)
     training = None
     if amount.samples is not None or amount.tokens is not None:
         training = time_to_train(est, samples=amount.samples, tokens=amount.tokens,
@@ -417,7 +499,7 @@ def _estimate_run(
         cost_usd=training.cost_usd if training is not None else None,
         price_per_gpu_hour_usd=price_per_hour,
         cluster_cost_per_hour_usd=price_per_hour * est.gpus_total if price_per_hour is not None else None,
-        estimate=est,
+        estimate=est, serving=serving,
     )
     return EstimateResult(input=inputs, results=results, notes=tuple(dict.fromkeys(notes)), gpu=g)
 

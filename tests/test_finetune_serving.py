@@ -186,3 +186,39 @@ def test_fewest_gpus_is_monotone_in_users():
     plans = [fewest_gpus_to_serve(shape, RunConfig(mode="inference"), h100.memory_bytes, 4096, u).gpus
              for u in (1, 8, 32, 200, 400)]
     assert plans[:4] == sorted(plans[:4]) and plans[0] == 2
+
+
+# --------------------------------------------------------------------------
+# serving speed
+
+
+def test_serving_speed_at_a_concurrency():
+    est = gpusizer.estimate("llama-3-8b", gpu="h100-sxm5-80gb", mode="inference", seq_len=4096, batch=32,
+                            prompt=1000)
+    s = est.results.serving
+    assert s is not None and s.concurrency == 32 and s.prompt_tokens == 1000
+    assert s.itl_s == est.results.step_time_s
+    assert s.aggregate_tokens_s == pytest.approx(32 / s.itl_s)
+    assert s.per_user_tokens_s == pytest.approx(1 / s.itl_s)
+    longer = gpusizer.estimate("llama-3-8b", gpu="h100-sxm5-80gb", mode="inference", seq_len=4096, batch=32,
+                               prompt=4000).results.serving
+    assert longer is not None and longer.ttft_s > s.ttft_s
+
+
+def test_latency_target_picks_the_largest_concurrency_that_meets_it():
+    kw = {"gpu": "a100-sxm4-80gb", "mode": "inference", "seq_len": 2048}
+    loose = gpusizer.estimate("llama-2-13b", max_itl_ms=60, **kw).results.serving
+    tight = gpusizer.estimate("llama-2-13b", max_itl_ms=30, **kw).results.serving
+    assert loose is not None and tight is not None
+    assert tight.itl_s <= 0.030 and loose.itl_s <= 0.060
+    assert tight.concurrency <= loose.concurrency
+    one_more = gpusizer.estimate("llama-2-13b", batch=tight.concurrency + 1, **kw).results.serving
+    assert one_more is not None
+    # either the next concurrency misses the target, or memory stopped the search
+    assert one_more.itl_s > 0.030 or "memory holds" in gpusizer.estimate(
+        "llama-2-13b", max_itl_ms=30, **kw).results.batch_source
+
+
+def test_serving_options_belong_to_decoders(cli):
+    result = cli("estimate", "--model", "resnet50", "--gpu", "a100-sxm4-80gb", "--max-itl-ms", "20", "--json")
+    assert result.exit_code == ExitCode.USAGE and "--max-itl-ms:" in result.stderr

@@ -71,6 +71,12 @@ CudaGraphsOpt = Annotated[bool, typer.Option(
 EpochsOpt = Annotated[float | None, typer.Option("--epochs", min=0, help="Epochs to train (with --dataset-size).")]
 DatasetOpt = Annotated[str | None, typer.Option("--dataset-size", help="Samples per epoch, e.g. 1.28M (with --epochs).")]
 TokensOpt = Annotated[str | None, typer.Option("--tokens", help="Tokens to train on, e.g. 300B.")]
+PromptOpt = Annotated[int | None, typer.Option(
+    "--prompt", min=1, max=1 << 24, metavar="TOKENS",
+    help="Serving: prompt tokens for the time to first token. Default: the whole --seq-len context.")]
+MaxItlOpt = Annotated[float | None, typer.Option(
+    "--max-itl-ms", min=0.001, max=1e6, metavar="MS",
+    help="Serving: the largest concurrency (batch) whose inter-token latency stays within this many ms.")]
 PriceOpt = Annotated[float | None, typer.Option(
     "--price-per-hour", min=0, help="Price per GPU-hour in USD; cost is unknown without it (catalog prices are "
                                     "purchase prices).")]
@@ -113,6 +119,8 @@ def estimate_cmd(
     dataset_size: DatasetOpt = None,
     tokens: TokensOpt = None,
     price_per_hour: PriceOpt = None,
+    prompt: PromptOpt = None,
+    max_itl_ms: MaxItlOpt = None,
     catalog: CatalogOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -123,8 +131,8 @@ def estimate_cmd(
         model, gpu=gpu, params=params, hf_config=hf_config, gpus=gpus, nodes=nodes, interconnect=interconnect,
         nics_per_node=nics_per_node, precision=precision, tf32=not no_tf32,
         phase=phase, cuda_graphs=cuda_graphs, grad_accumulation=grad_accumulation,
-        epochs=epochs, dataset_size=dataset_size, tokens=tokens, price_per_hour=price_per_hour,
-        catalog=_load_catalog(catalog), cache_dir=_cache_dir(), mode="train" if train else "inference",
+        epochs=epochs, dataset_size=dataset_size, tokens=tokens, price_per_hour=price_per_hour, prompt=prompt,
+        max_itl_ms=max_itl_ms, catalog=_load_catalog(catalog), cache_dir=_cache_dir(), mode="train" if train else "inference",
         batch=batch, seq_len=seq_len, image_size=image_size, optimizer=optimizer, strategy=strategy,
         head=head, checkpointing=checkpointing, attention="fused" if flash_attention else attention, logits=logits,
         kv_cache=kv_cache, adapter=adapter_settings(lora, qlora, lora_targets, double_quant),
@@ -139,19 +147,12 @@ def estimate_cmd(
         return
     if not res.fits:
         raise NothingFitsError(res.reason or "nothing fits", hint=res.hint)
-    from gpusizer.render.estimate import breakdown_table, scaling_table, summary_table, training_table
+    from gpusizer.render.estimate import estimate_renderables
 
     _warn(ctx, list(result.notes))
     console = _console(ctx)
-    est = res.estimate
-    assert est is not None  # a run that fits has an estimate
-    console.print(summary_table(est, result.gpu, result.input, res.batch_source))
-    console.print(breakdown_table(est))
-    console.print(scaling_table(list(res.scaling_curve), est.throughput_unit))
-    if res.time_to_train is not None:
-        console.print(training_table(res.time_to_train))
-    elif res.cluster_cost_per_hour_usd is not None:
-        console.print(f"Cost: ${res.cluster_cost_per_hour_usd:,.2f} per hour for {est.gpus_total} GPU(s)", markup=False)
+    for part in estimate_renderables(result):
+        console.print(part)
     if not result.fits:
         raise typer.Exit(int(ExitCode.NOTHING_FITS))
 

@@ -15,10 +15,13 @@ from gpusizer.units import format_bytes, format_count
 
 if TYPE_CHECKING:
     from rich.table import Table
+    from rich.text import Text
 
+    from gpusizer.api import EstimateResult
     from gpusizer.hardware.catalog import Gpu
     from gpusizer.performance.estimate import PerfEstimate
     from gpusizer.performance.planning import ScalingPoint, TrainingTime
+    from gpusizer.performance.serving import ServingSpeed
 
 
 def _rate(value: float, unit: str) -> str:
@@ -158,3 +161,41 @@ def training_table(tt: TrainingTime) -> Table:
     else:
         table.add_row("cost", "unknown: give --price-per-hour (the catalog has purchase prices, not hourly ones)")
     return table
+
+
+def serving_table(s: ServingSpeed) -> Table:
+    """Latency and throughput a serving deployment offers at its concurrency."""
+    from rich import box
+    from rich.table import Table
+
+    title = f"Serving {s.concurrency:,} sequences of {s.context_tokens:,} tokens"
+    if s.max_itl_s is not None:
+        title += f" (the most within {s.max_itl_s * 1e3:g} ms a token)"
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_header=False)
+    table.add_column("what", style="bold")
+    table.add_column("value")
+    table.add_row("time to first token", f"{_seconds(s.ttft_s)} for a {s.prompt_tokens:,}-token prompt run alone")
+    table.add_row("inter-token latency", _seconds(s.itl_s))
+    table.add_row("per user", _rate(s.per_user_tokens_s, "tokens/s"))
+    table.add_row("all users", _rate(s.aggregate_tokens_s, "tokens/s"))
+    return table
+
+
+def estimate_renderables(result: EstimateResult) -> list[Table | Text]:
+    """Everything ``estimate`` shows for a run that fits, top to bottom."""
+    from rich.text import Text
+
+    res = result.results
+    est = res.estimate
+    assert est is not None  # a run that fits has an estimate
+    parts: list[Table | Text] = [
+        summary_table(est, result.gpu, result.input, res.batch_source), breakdown_table(est),
+        scaling_table(list(res.scaling_curve), est.throughput_unit),
+    ]
+    if res.serving is not None:
+        parts.append(serving_table(res.serving))
+    if res.time_to_train is not None:
+        parts.append(training_table(res.time_to_train))
+    elif res.cluster_cost_per_hour_usd is not None:
+        parts.append(Text(f"Cost: ${res.cluster_cost_per_hour_usd:,.2f} per hour for {est.gpus_total} GPU(s)"))
+    return parts
