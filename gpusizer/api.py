@@ -415,7 +415,7 @@ def _run_echo(cfg: RunConfig) -> dict[str, Any]:
     """The run settings every estimate echoes in its input."""
     return cfg.model_dump(mode="json", include={
         "batch", "seq_len", "image_size", "mode", "optimizer", "strategy", "flash_attention", "logits", "kv_cache",
-        "checkpointing", "adapter"})
+        "checkpointing", "adapter", "offload", "offload_to"})
 
 
 class _PerfArgs(BaseModel):

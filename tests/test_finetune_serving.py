@@ -222,3 +222,30 @@ def test_latency_target_picks_the_largest_concurrency_that_meets_it():
 def test_serving_options_belong_to_decoders(cli):
     result = cli("estimate", "--model", "resnet50", "--gpu", "a100-sxm4-80gb", "--max-itl-ms", "20", "--json")
     assert result.exit_code == ExitCode.USAGE and "--max-itl-ms:" in result.stderr
+
+
+# --------------------------------------------------------------------------
+# offload
+
+
+def test_optimizer_offload_keeps_16_bit_weights_and_gradients_on_the_gpu():
+    """ZeRO-Offload (Ren et al. 2021): with AMP the GPU keeps fp16 weights and gradients,
+    4 bytes a parameter; fp32 master weights, gradients and Adam's two states, 16 bytes a
+    parameter, live in host memory."""
+    shape = gpusizer.resolve_model("llama-2-7b")
+    base = RunConfig(seq_len=512, checkpointing=True)
+    off = estimate_memory(shape, base.model_copy(update={"offload": "optimizer"}))
+    n = shape.params
+    assert off.weights_bytes == n * 2 and off.gradients_bytes == n * 2 and off.optimizer_bytes == 0
+    assert off.cpu_bytes == n * 16 and off.nvme_bytes == 0
+    nvme = estimate_memory(shape, base.model_copy(update={"offload": "all", "offload_to": "nvme"}))
+    assert nvme.cpu_bytes == 0 and nvme.weights_bytes == 0 and nvme.nvme_bytes > off.cpu_bytes
+
+
+def test_offload_costs_pcie_time():
+    kw = {"gpu": "rtx-4090", "seq_len": 1024, "checkpointing": True, "batch": 4}
+    plain = gpusizer.estimate("llama-2-7b", **kw).results.step_time_s
+    off = gpusizer.estimate("llama-2-7b", offload="all", **kw)
+    assert off.results.step_time_s is not None and plain is not None
+    assert off.results.step_time_s > plain
+    assert any("offload moves" in n for n in off.notes)

@@ -31,6 +31,8 @@ from gpusizer.cli.options import (
     LoraTargetsOpt,
     ModelOpt,
     NodesOpt,
+    OffloadOpt,
+    OffloadToOpt,
     OptimizerOptT,
     ParamsOpt,
     QloraOpt,
@@ -114,6 +116,8 @@ def estimate_cmd(
     qlora: QloraOpt = False,
     lora_targets: LoraTargetsOpt = "all-linear",
     double_quant: DoubleQuantOpt = True,
+    offload: OffloadOpt = "none",
+    offload_to: OffloadToOpt = "cpu",
     grad_accumulation: GradAccumOpt = 1,
     epochs: EpochsOpt = None,
     dataset_size: DatasetOpt = None,
@@ -136,6 +140,7 @@ def estimate_cmd(
         batch=batch, seq_len=seq_len, image_size=image_size, optimizer=optimizer, strategy=strategy,
         head=head, checkpointing=checkpointing, attention="fused" if flash_attention else attention, logits=logits,
         kv_cache=kv_cache, adapter=adapter_settings(lora, qlora, lora_targets, double_quant),
+        offload=offload, offload_to=offload_to,
     )
     res = result.results
     if json_out:

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from gpusizer.choices import Attention, Head, Logits, Optimizer
-from gpusizer.domain.parallelism import Strategy
+from gpusizer.domain.parallelism import Offload, OffloadTarget, Strategy
 from gpusizer.domain.precision import KvCache
 from gpusizer.errors import UsageError
 
@@ -95,6 +95,12 @@ QloraOpt = Annotated[bool, typer.Option(
 LoraTargetsOpt = Annotated[str, typer.Option(
     "--lora-targets", help="Which linear layers get adapters: all-linear (default, every linear but the output "
                            "head, as peft's 'all-linear'), attention, mlp, or names among q,k,v,o,gate,up,down.")]
+OffloadOpt = Annotated[Offload, typer.Option(
+    "--offload", help="Keep state in host memory instead of on the GPU: optimizer (ZeRO-Offload: optimizer state, "
+                      "AMP's fp32 master weights and gradients; the step runs on the CPU), params (weights stream in "
+                      "layer by layer), all (both, gradients too), or none (default).")]
+OffloadToOpt = Annotated[OffloadTarget, typer.Option(
+    "--offload-to", help="Where offloaded state lives: cpu (host RAM, default) or nvme (ZeRO-Infinity).")]
 DoubleQuantOpt = Annotated[bool, typer.Option(
     "--double-quant/--no-double-quant", help="QLoRA: quantise the absmax constants too (0.127 against 0.5 bits per "
                                              "weight).")]

@@ -33,6 +33,12 @@ from gpusizer.errors import UsageError
 Strategy = Literal["ddp", "zero1", "zero2", "zero3", "fsdp", "tp"]
 STRATEGIES: tuple[str, ...] = get_args(Strategy)
 #: ZeRO stage each data-parallel strategy runs; FSDP's FULL_SHARD is stage 3.
+#: What a run keeps in host memory instead of on the GPU (ZeRO-Offload, ZeRO-Infinity,
+#: FSDP CPU offload): the optimizer state (with AMP's fp32 master weights and fp32
+#: gradients, which the CPU optimizer step updates), the weights (streamed to the GPU
+#: layer by layer), or all of them and the gradients too.
+Offload = Literal["none", "optimizer", "params", "all"]
+OffloadTarget = Literal["cpu", "nvme"]
 ZERO_STAGE: dict[str, int] = {"ddp": 0, "zero1": 1, "zero2": 2, "zero3": 3, "fsdp": 3, "tp": 0}
 
 

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from gpusizer.choices import Logits, Mode, Optimizer
 from gpusizer.domain.finetune import Adapter
-from gpusizer.domain.parallelism import Parallelism, Sharding, Strategy, sharding
+from gpusizer.domain.parallelism import Offload, OffloadTarget, Parallelism, Sharding, Strategy, sharding
 from gpusizer.domain.precision import (
     KvCache,
     Precision,
@@ -63,6 +63,9 @@ class RunConfig(BaseModel):
     kv_cache: KvCache = "auto"
     #: LoRA/QLoRA adapters on a frozen base; None trains every parameter
     adapter: Adapter | None = None
+    #: what lives in host memory (or NVMe) instead of on the GPU
+    offload: Offload = "none"
+    offload_to: OffloadTarget = "cpu"
     #: what the transformer's output head computes: vocabulary logits for every
     #: token (language modelling) or a handful of classes from one token
     head: Literal["lm", "classifier", "logits"] = "lm"

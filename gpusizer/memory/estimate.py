@@ -70,6 +70,10 @@ class MemoryBreakdown(BaseModel):
     total_bytes: int
     peak_phase: Literal["forward", "backward", "optimizer", "inference"]
     activations_modelled: bool
+    #: offloaded state held in host memory, or on NVMe, per GPU (a node needs this
+    #: times its GPUs)
+    cpu_bytes: int = 0
+    nvme_bytes: int = 0
     notes: tuple[str, ...] = ()
 
 
@@ -450,6 +454,8 @@ class _State(BaseModel):
     grads: int
     opt: int
     transient: int
+    #: offloaded bytes held off the GPU
+    host: int = 0
     notes: tuple[str, ...] = ()
 
 
@@ -474,7 +480,38 @@ def model_state(shape: ModelShape, cfg: RunConfig) -> _State:
         # DDP's flat gradient buckets hold a second copy of the gradients
         transient += grads
         notes.append("DDP gradient buckets double the gradient memory (gradient_as_bucket_view=False, the default)")
-    return _State(weights=weights, grads=grads, opt=opt, transient=transient, notes=tuple(notes))
+    state = _State(weights=weights, grads=grads, opt=opt, transient=transient, notes=tuple(notes))
+    return _offload(state, shape, cfg, train.params) if cfg.offload != "none" else state
+
+
+def _offload(state: _State, shape: ModelShape, cfg: RunConfig, trained: int) -> _State:
+    """Move offloaded state off the GPU. Optimizer offload (ZeRO-Offload) keeps AMP's
+    fp32 master weights and fp32 gradients with the optimizer state on the host; the
+    GPU keeps 16-bit working weights and gradients. Weight offload streams the weights
+    in layer by layer, two layers resident (one in use, one prefetched)."""
+    split = cfg.sharding
+    weights, grads, opt, transient, host = state.weights, state.grads, state.opt, state.transient, 0
+    notes = list(state.notes)
+    if cfg.offload in ("optimizer", "all") and cfg.training:
+        host += opt
+        opt = 0
+        if cfg.storage.autocast and cfg.adapter is None:
+            master = math.ceil(shape.params * 4 / split.weights)
+            host += master + math.ceil(trained * 4 / split.gradients)
+            weights -= master // 2
+            grads //= 2
+        notes.append("optimizer offload: the optimizer step runs on the CPU")
+    if cfg.offload in ("params", "all"):
+        m = shape.transformer
+        layer = 2 * int(layer_params(m) * cfg.storage.weight_bytes) // split.activations if m is not None else 0
+        host += weights
+        weights, transient = 0, transient + layer
+        notes.append("weight offload: each layer's weights stream in over PCIe, forward and backward")
+    if cfg.offload == "all" and cfg.training:
+        host += grads
+        grads = 0
+    return state.model_copy(update={"weights": weights, "grads": grads, "opt": opt, "transient": transient,
+                                    "host": host, "notes": tuple(notes)})
 
 
 def _training_peak(shape: ModelShape, cfg: RunConfig, state: _State) -> tuple[int, str, int, int, bool]:
@@ -548,6 +585,7 @@ def estimate_memory(shape: ModelShape, cfg: RunConfig) -> MemoryBreakdown:
         activations_bytes=acts, kv_cache_bytes=kv, transient_bytes=transient, overhead_bytes=overhead,
         context_bytes=context, fragmentation_bytes=fragmentation, tensor_peak_bytes=tensor_peak,
         total_bytes=tensor_peak + overhead, peak_phase=phase, activations_modelled=modelled, notes=tuple(notes),
+        cpu_bytes=state.host if cfg.offload_to == "cpu" else 0, nvme_bytes=state.host if cfg.offload_to == "nvme" else 0,
     )
 
 

@@ -270,6 +270,18 @@ class _Comm(BaseModel):
     link_gb_s: float | None = None
     transport: Literal["none", "nvlink", "pcie", "rdma", "tcp"] = "none"
     notes: tuple[str, ...] = ()
+    #: host-memory transfers of offloaded state, on the critical path (not overlapped)
+    offload_s: float = 0.0
+
+
+def _offload_time(comm: _Comm, work: Work, gpu: Gpu, links: Interconnects) -> _Comm:
+    """Offloaded state crosses the GPU's PCIe link each step; counted in full, as the
+    step cannot finish before the weights it needs arrive."""
+    pcie = links.pcie(gpu.pcie_generation)
+    seconds = work.offload_bytes / (pcie.bandwidth_gb_s * pcie.efficiency * 1e9)
+    note = (f"offload moves {work.offload_bytes / 1e9:,.1f} GB over {pcie.name} each step "
+            f"({seconds * 1e3:,.0f} ms, not overlapped); the CPU optimizer step and NVMe reads are not timed")
+    return comm.model_copy(update={"offload_s": seconds, "notes": (*comm.notes, note)})
 
 
 def _data_parallel(
@@ -364,6 +376,10 @@ def estimate_performance(
     if tp > 1:
         comm = _tensor_parallel(comm, work, layout, links)
     notes.extend(comm.notes)
+    if work.offload_bytes > 0:
+        comm = _offload_time(comm, work, gpu, links)
+        step += comm.offload_s
+        notes.append(comm.notes[-1])
     step += comm.exposed_s
 
     throughput = work.samples_per_step / step * par.dp

@@ -81,6 +81,8 @@ class Work(BaseModel):
     #: tensor-parallel: number of all-reduces per step and bytes each
     tp_allreduces: int
     tp_allreduce_bytes: float
+    #: bytes crossing PCIe to and from host memory per step for offloaded state
+    offload_bytes: float = 0.0
     #: micro-batches per optimizer step: the optimizer step and the gradient
     #: all-reduce happen once per this many steps
     grad_accumulation: int = 1
@@ -342,6 +344,7 @@ def model_work(
         train = trainable(shape, cfg)
         width = train.grad_bytes if train.adapters else spec.allreduce_grad_bytes or train.grad_bytes or 4
         grads = train.params * (width or 4) / tp
+    offload = _offload_traffic(shape, cfg, mem, tp)
     return Work(
         workload=wl, unit=flow.unit, samples_per_step=flow.samples, tokens_per_sample=flow.tokens,
         matmul_flops=flow.flops, attention_flops=flow.attention_flops, matmul_bytes=float(flow.weights_read),
@@ -349,5 +352,20 @@ def model_work(
         activation_bytes=_activation_traffic(shape, st, mem_cfg, flow), optimizer_bytes=opt,
         layers=int(flow.layers), gradient_bytes=grads, tp_allreduces=flow.tp_allreduces,
         tp_allreduce_bytes=flow.tp_allreduce_bytes, grad_accumulation=grad_accumulation if cfg.training else 1,
-        notes=tuple(notes), gemv=wl == "llm-decode" and cfg.batch <= GEMV_MAX_BATCH,
+        notes=tuple(notes), gemv=wl == "llm-decode" and cfg.batch <= GEMV_MAX_BATCH, offload_bytes=offload,
     )
+
+
+def _offload_traffic(shape: ModelShape, cfg: RunConfig, mem: MemoryBreakdown, tp: int) -> float:
+    """PCIe bytes per step for offloaded state: with the optimizer on the CPU, 16-bit
+    gradients go out and 16-bit weights come back each step (ZeRO-Offload); offloaded
+    weights come in for forward and again for backward, and offloaded gradients go out."""
+    if cfg.offload == "none":
+        return 0.0
+    train = trainable(shape, cfg)
+    traffic = 0.0
+    if cfg.offload in ("optimizer", "all") and cfg.training:
+        traffic += 2.0 * train.params / tp * 2  # gradients out, updated weights in, 16 bits each
+    if cfg.offload in ("params", "all"):
+        traffic += 2.0 * shape.params / tp * (2 if cfg.training else 1)
+    return traffic

@@ -54,6 +54,9 @@ def breakdown_table(report: FitReport) -> Table:
         "inference": "Inference: weights, KV cache and one pass's working activations.",
     }
     table.caption = captions[b.peak_phase]
+    for where, held in (("host memory", b.cpu_bytes), ("NVMe", b.nvme_bytes)):
+        if held:
+            table.caption += f" Offloaded to {where}: {format_bytes(held)} per GPU."
     table.caption_justify = "left"
     return table
 
