@@ -24,7 +24,6 @@ each with the exit code the CLI uses.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -130,16 +129,9 @@ def resolve_model(
         from gpusizer.models.zoo import load_zoo
 
         return shape_from_model(load_zoo(cache_dir=cache_dir).resolve(model))
-    from gpusizer.models.hfconfig import model_from_hf_config
+    from gpusizer.models.hfconfig import load_hf_config
 
-    path = Path(str(hf_config))
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise DataFileError(f"{path}: file not found") from None
-    except (OSError, ValueError) as exc:
-        raise DataFileError(f"{path}: not a readable JSON file: {exc}") from None
-    return shape_from_model(model_from_hf_config(doc, str(path)))
+    return shape_from_model(load_hf_config(Path(str(hf_config))))
 
 
 def _run(run: RunConfig | None, settings: dict[str, Any]) -> RunConfig:
@@ -415,7 +407,7 @@ def _run_echo(cfg: RunConfig) -> dict[str, Any]:
     """The run settings every estimate echoes in its input."""
     return cfg.model_dump(mode="json", include={
         "batch", "seq_len", "image_size", "mode", "optimizer", "strategy", "flash_attention", "logits", "kv_cache",
-        "checkpointing", "adapter", "offload", "offload_to"})
+        "checkpointing", "adapter", "offload", "offload_to", "weight_format"})
 
 
 class _PerfArgs(BaseModel):
@@ -590,7 +582,7 @@ def serve(
     inputs = {"model": shape.name, "params": shape.params, "context_tokens": context, "users": users, "tp": tp,
               "max_tp": max_tp,
               "gpu_memory_utilization": gpu_memory_utilization, "block_tokens": BLOCK_TOKENS,
-              **cfg.model_dump(mode="json", include={"precision", "kv_cache", "flash_attention"}),
+              **cfg.model_dump(mode="json", include={"precision", "kv_cache", "flash_attention", "weight_format"}),
               "gpus_checked": [r.gpu.id for r in resolved]}
     results = ServeResults(model=shape.name, context_tokens=context, users=users, rows=tuple(rows),
                            serves_on=tuple(r.gpu_id for r in rows if r.gpus is not None))
@@ -676,7 +668,8 @@ def recommend(
         try:
             reference = reference_shape(wl, load_zoo(cache_dir=cache_dir))
         except UsageError as exc:
-            raise DataFileError(f"rules: workload '{wl.name}': speed.model: {exc.message}",
+            raise DataFileError(f"{ruleset.speed_files.get(wl.name, 'rules')}: workload '{wl.name}': speed.model: "
+                                f"{exc.message}",
                                 hint="name a model from the zoo") from None
     rec = _recommend(candidates, ruleset, req, reference=reference, pool=cat.gpus)
     inputs = {

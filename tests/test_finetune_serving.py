@@ -249,3 +249,30 @@ def test_offload_costs_pcie_time():
     assert off.results.step_time_s is not None and plain is not None
     assert off.results.step_time_s > plain
     assert any("offload moves" in n for n in off.notes)
+
+
+# --------------------------------------------------------------------------
+# weight formats
+
+
+def test_gguf_q4_k_m_llama_2_7b_is_the_published_file_size():
+    """llama.cpp's quantize README gives Llama 2 7B Q4_K_M 4.84 bits per weight; the
+    widely shared llama-2-7b.Q4_K_M.gguf file is 4.08 GB (3.80 GiB)."""
+    r = gpusizer.fit_model("llama-2-7b", gpu="rtx-4090", mode="inference", weight_format="gguf-q4_k_m")
+    assert r.input["precision"] == "int4" and r.input["weight_format"] == "gguf-q4_k_m"
+    assert r.results.breakdown.weights_bytes / 1e9 == pytest.approx(4.08, abs=0.01)
+
+
+def test_group_quantised_formats_keep_embeddings_in_16_bits():
+    shape = gpusizer.resolve_model("llama-3-8b")
+    m = shape.transformer
+    assert m is not None
+    gptq = estimate_memory(shape, RunConfig(mode="inference", weight_format="gptq-int4-g128")).weights_bytes
+    embed = 2 * 2 * m.vocab * m.hidden  # untied input embedding and output head, 16-bit
+    linear = shape.params - 2 * m.vocab * m.hidden
+    assert gptq == pytest.approx(linear * (4 + 20 / 128) / 8 + embed, rel=0.01)
+
+
+def test_weight_formats_are_for_inference():
+    with pytest.raises(UsageError, match="weight formats are for inference"):
+        gpusizer.fit_model("llama-2-7b", weight_format="mxfp4")

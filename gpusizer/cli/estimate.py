@@ -39,6 +39,7 @@ from gpusizer.cli.options import (
     SeqOpt,
     StrategyOptT,
     TrainOpt,
+    WeightsOpt,
     _cache_dir,
     _console,
     _load_catalog,
@@ -116,6 +117,7 @@ def estimate_cmd(
     qlora: QloraOpt = False,
     lora_targets: LoraTargetsOpt = "all-linear",
     double_quant: DoubleQuantOpt = True,
+    weights: WeightsOpt = None,
     offload: OffloadOpt = "none",
     offload_to: OffloadToOpt = "cpu",
     grad_accumulation: GradAccumOpt = 1,
@@ -140,7 +142,7 @@ def estimate_cmd(
         batch=batch, seq_len=seq_len, image_size=image_size, optimizer=optimizer, strategy=strategy,
         head=head, checkpointing=checkpointing, attention="fused" if flash_attention else attention, logits=logits,
         kv_cache=kv_cache, adapter=adapter_settings(lora, qlora, lora_targets, double_quant),
-        offload=offload, offload_to=offload_to,
+        offload=offload, offload_to=offload_to, weight_format=weights,
     )
     res = result.results
     if json_out:

@@ -10,7 +10,7 @@ import typer
 
 from gpusizer.choices import Attention, Head, Logits, Optimizer
 from gpusizer.domain.parallelism import Offload, OffloadTarget, Strategy
-from gpusizer.domain.precision import KvCache
+from gpusizer.domain.precision import KvCache, WeightFormatName
 from gpusizer.errors import UsageError
 
 # --------------------------------------------------------------------------
@@ -95,6 +95,10 @@ QloraOpt = Annotated[bool, typer.Option(
 LoraTargetsOpt = Annotated[str, typer.Option(
     "--lora-targets", help="Which linear layers get adapters: all-linear (default, every linear but the output "
                            "head, as peft's 'all-linear'), attention, mlp, or names among q,k,v,o,gate,up,down.")]
+WeightsOpt = Annotated[WeightFormatName | None, typer.Option(
+    "--weights", help="Inference: serve a published weight format instead of the precision's storage: "
+                      "gptq-int4-g128, awq-int4-g128, mxfp4, fp8, gguf-q4_k_m, gguf-q5_k_m, gguf-q6_k, gguf-q8_0 "
+                      "(bits per weight with their scales; docs/method.md).")]
 OffloadOpt = Annotated[Offload, typer.Option(
     "--offload", help="Keep state in host memory instead of on the GPU: optimizer (ZeRO-Offload: optimizer state, "
                       "AMP's fp32 master weights and gradients; the step runs on the CPU), params (weights stream in "

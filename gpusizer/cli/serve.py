@@ -14,6 +14,7 @@ from gpusizer.cli.options import (
     KvCacheOpt,
     ModelOpt,
     ParamsOpt,
+    WeightsOpt,
     _cache_dir,
     _console,
     _load_catalog,
@@ -54,6 +55,7 @@ def serve_cmd(
     tp: TpOpt = None,
     precision: ServePrecisionOpt = None,
     kv_cache: KvCacheOpt = "auto",
+    weights: WeightsOpt = None,
     gpu_memory_utilization: UtilizationOpt = 0.9,
     attention: AttentionOpt = "fused",
     catalog: CatalogOpt = None,
@@ -66,7 +68,7 @@ def serve_cmd(
         model, params=params, hf_config=hf_config, context=context, users=users, gpu=gpu, tp=tp,
         gpu_memory_utilization=gpu_memory_utilization, catalog=_load_catalog(catalog), cache_dir=_cache_dir(),
         precision=storage_precision(precision, "inference") if precision else None, kv_cache=kv_cache,
-        attention=attention,
+        attention=attention, weight_format=weights,
     )
     if json_out:
         from gpusizer.render.common import emit_json

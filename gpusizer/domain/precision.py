@@ -182,6 +182,50 @@ def kv_element_bytes(kv_cache: str, activation_bytes: float) -> float:
     return activation_bytes if kv_cache == "auto" else KV_CACHE_BYTES[kv_cache]
 
 
+class WeightFormat(BaseModel):
+    """A published weight format: its bits per weight, scales included, and what it covers."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    #: bits per quantised weight, block scales and zero points included
+    bits_per_weight: float = Field(gt=0, le=32)
+    #: "linear": the layers' linear weights, embeddings and head stay 16-bit;
+    #: "model": an effective figure over every weight of a model file
+    scope: Literal["linear", "model"]
+    #: the storage precision whose compute path it runs on
+    runs_as: StoragePrecision
+    source: str
+
+
+#: Weight formats people serve. GPTQ and AWQ int4 with groups of 128: a 16-bit scale
+#: and a 4-bit zero per group (4 + 20/128 bits; AutoGPTQ/AutoAWQ packing). MXFP4: FP4
+#: (E2M1) in blocks of 32 with one 8-bit shared scale (OCP Microscaling spec v1.0;
+#: gpt-oss ships its experts so). FP8: one byte, per-tensor scales. GGUF: llama.cpp's
+#: measured bits per weight of whole Llama 2 7B files (tools/quantize/README.md);
+#: Q8_0 is blocks of 32 int8 with an fp16 scale (34 bytes / 32 weights).
+WEIGHT_FORMATS: dict[str, WeightFormat] = {f.name: f for f in (
+    WeightFormat(name="gptq-int4-g128", bits_per_weight=4 + 20 / 128, scope="linear", runs_as="int4",
+                 source="AutoGPTQ packing: int4 weights, fp16 scale and packed int4 zero per group of 128"),
+    WeightFormat(name="awq-int4-g128", bits_per_weight=4 + 20 / 128, scope="linear", runs_as="int4",
+                 source="AutoAWQ GEMM packing: int4 weights, fp16 scale and packed int4 zero per group of 128"),
+    WeightFormat(name="mxfp4", bits_per_weight=4.25, scope="linear", runs_as="int4",
+                 source="OCP Microscaling Formats (MX) v1.0: 32 FP4 E2M1 elements share one E8M0 scale"),
+    WeightFormat(name="fp8", bits_per_weight=8, scope="linear", runs_as="int8",
+                 source="FP8 E4M3 weights with per-tensor scales (vLLM, TensorRT-LLM)"),
+    WeightFormat(name="gguf-q4_k_m", bits_per_weight=4.84, scope="model", runs_as="int4",
+                 source="llama.cpp tools/quantize/README.md, Llama 2 7B: Q4_K_M 4.84 bits per weight"),
+    WeightFormat(name="gguf-q5_k_m", bits_per_weight=5.68, scope="model", runs_as="int4",
+                 source="llama.cpp tools/quantize/README.md, Llama 2 7B: Q5_K_M 5.68 bits per weight"),
+    WeightFormat(name="gguf-q6_k", bits_per_weight=6.56, scope="model", runs_as="int8",
+                 source="llama.cpp tools/quantize/README.md, Llama 2 7B: Q6_K 6.56 bits per weight"),
+    WeightFormat(name="gguf-q8_0", bits_per_weight=8.5, scope="model", runs_as="int8",
+                 source="ggml block_q8_0: 32 int8 weights and an fp16 scale, 34 bytes"),
+)}
+WeightFormatName = Literal["gptq-int4-g128", "awq-int4-g128", "mxfp4", "fp8", "gguf-q4_k_m", "gguf-q5_k_m",
+                           "gguf-q6_k", "gguf-q8_0"]
+
+
 #: The precisions ``recommend --precision`` accepts.
 RULE_PRECISIONS: tuple[str, ...] = tuple(n for n, p in PRECISIONS.items() if p.rule_precision)
 #: What a run uses when no precision is given: AMP for training (what PyTorch

@@ -17,10 +17,12 @@ from gpusizer.choices import Logits, Mode, Optimizer
 from gpusizer.domain.finetune import Adapter
 from gpusizer.domain.parallelism import Offload, OffloadTarget, Parallelism, Sharding, Strategy, sharding
 from gpusizer.domain.precision import (
+    WEIGHT_FORMATS,
     KvCache,
     Precision,
     Storage,
     StoragePrecision,
+    WeightFormatName,
     check_mode,
     default_precision,
     precision_spec,
@@ -63,6 +65,9 @@ class RunConfig(BaseModel):
     kv_cache: KvCache = "auto"
     #: LoRA/QLoRA adapters on a frozen base; None trains every parameter
     adapter: Adapter | None = None
+    #: inference: a published weight format (GPTQ, AWQ, MXFP4, FP8, GGUF) instead of
+    #: the precision's own storage; it runs on that format's compute path
+    weight_format: WeightFormatName | None = None
     #: what lives in host memory (or NVMe) instead of on the GPU
     offload: Offload = "none"
     offload_to: OffloadTarget = "cpu"
@@ -90,6 +95,10 @@ class RunConfig(BaseModel):
                 raise ValueError(f"attention {attention!r} is not fused or eager")
             data = {k: v for k, v in data.items() if k != "attention"}
             data["flash_attention"] = attention == "fused"
+        if isinstance(data, dict) and data.get("weight_format") is not None and data.get("precision") is None:
+            fmt = WEIGHT_FORMATS.get(str(data["weight_format"]))
+            if fmt is not None:
+                data = {**data, "precision": fmt.runs_as}
         if isinstance(data, dict) and data.get("precision") is None:
             # adapters train on a frozen 16-bit base (peft with Trainer(bf16=True))
             mode = data.get("mode") or "train"
@@ -98,6 +107,8 @@ class RunConfig(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> RunConfig:
+        if self.weight_format is not None and self.mode == "train":
+            raise ValueError("weight formats are for inference; to fine-tune a 4-bit base, use QLoRA adapters")
         try:
             check_mode(self.precision, self.mode)
         except UsageError as exc:

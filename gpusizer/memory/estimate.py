@@ -21,7 +21,7 @@ from gpusizer.domain.finetune import (
     require_transformer,
 )
 from gpusizer.domain.parallelism import Parallelism, sharded_gpus, sharding
-from gpusizer.domain.precision import kv_element_bytes, storage_spec
+from gpusizer.domain.precision import WEIGHT_FORMATS, kv_element_bytes, storage_spec
 from gpusizer.domain.run import DEFAULT_FRAGMENTATION, RunConfig, make_run_config
 from gpusizer.domain.shape import (
     CnnShape,
@@ -350,12 +350,21 @@ def adafactor_state_elements(shape: ModelShape) -> int:
     return 2 * int(math.isqrt(shape.trainable)) * 64
 
 
-def weight_bytes(shape: ModelShape, precision: str, adapter: Adapter | None = None) -> int:
+def weight_bytes(
+    shape: ModelShape, precision: str, adapter: Adapter | None = None, weight_format: str | None = None,
+) -> int:
     """Weights; for int8/int4 only the layers' linear weights are quantised,
     embeddings and the output head stay 16-bit (GPTQ, AWQ, LLM.int8 all do this).
     QLoRA stores the same linear layers in NF4 with its absmax constants; adapters
     add their own fp32 weights."""
     st = storage_spec(precision)
+    if weight_format is not None:
+        fmt = WEIGHT_FORMATS[weight_format]
+        if fmt.scope == "model":
+            return int(shape.params * fmt.bits_per_weight / 8)
+        m = shape.transformer
+        quantised = min(matrix_params(m), shape.params) if m is not None else shape.params
+        return int(quantised * fmt.bits_per_weight / 8 + (shape.params - quantised) * 2)
     if adapter is not None:
         m = require_transformer(shape.transformer, adapter)
         extra = adapter_params(m, adapter) * ADAPTER_BYTES
@@ -463,7 +472,7 @@ def model_state(shape: ModelShape, cfg: RunConfig) -> _State:
     """Per-GPU weights, gradients and optimizer state under the run's sharding."""
     split, par = cfg.sharding, cfg.parallelism
     train = trainable(shape, cfg)
-    weights = math.ceil(weight_bytes(shape, cfg.precision, cfg.adapter) / split.weights)
+    weights = math.ceil(weight_bytes(shape, cfg.precision, cfg.adapter, cfg.weight_format) / split.weights)
     grads = math.ceil(train.params * train.grad_bytes / split.gradients) if cfg.training and train.grad_bytes else 0
     opt = math.ceil(optimizer_bytes(shape, cfg) / split.optimizer)
     transient = 0
