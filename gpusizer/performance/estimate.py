@@ -281,7 +281,8 @@ def _offload_time(comm: _Comm, work: Work, gpu: Gpu, links: Interconnects) -> _C
     seconds = work.offload_bytes / (pcie.bandwidth_gb_s * pcie.efficiency * 1e9)
     note = (f"offload moves {work.offload_bytes / 1e9:,.1f} GB over {pcie.name} each step "
             f"({seconds * 1e3:,.0f} ms, not overlapped); the CPU optimizer step and NVMe reads are not timed")
-    return comm.model_copy(update={"offload_s": seconds, "notes": (*comm.notes, note)})
+    return comm.model_copy(update={"offload_s": seconds, "comm_s": comm.comm_s + seconds,
+                                   "exposed_s": comm.exposed_s + seconds, "notes": (*comm.notes, note)})
 
 
 def _data_parallel(
@@ -342,9 +343,8 @@ def estimate_performance(
     ``cfg.gpus`` GPUs of a node share one replica and nodes are replicas).
     ``compute_precision`` overrides the matmul precision implied by
     ``cfg.precision`` (fp64, tf32 and fp8 have no memory precision of their own).
-    ``phase`` picks decode (default) or prefill for decoder inference.
-    ``grad_accumulation`` micro-batches share one optimizer step and one
-    gradient all-reduce; a step here is one micro-batch.
+    ``phase``: decode (default) or prefill for decoder inference. ``grad_accumulation``
+    micro-batches share one optimizer step and all-reduce; a step is one micro-batch.
     ``cuda_graphs``: each decode step's kernels replay as one CUDA graph (TensorRT-LLM,
     vLLM, SGLang, llama.cpp at batch 1) or launch one by one; it sets the per-layer overhead.
     ``attention_kernels`` times fused attention at the matmuls' efficiency ("current")
@@ -375,11 +375,9 @@ def estimate_performance(
         step = st.step_s * (1.0 + cal.data_parallel_overhead)
     if tp > 1:
         comm = _tensor_parallel(comm, work, layout, links)
-    notes.extend(comm.notes)
     if work.offload_bytes > 0:
         comm = _offload_time(comm, work, gpu, links)
-        step += comm.offload_s
-        notes.append(comm.notes[-1])
+    notes.extend(comm.notes)
     step += comm.exposed_s
 
     throughput = work.samples_per_step / step * par.dp
