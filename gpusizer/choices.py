@@ -22,6 +22,8 @@ Head = Literal["lm", "classifier"]
 Logits = Literal["last", "all"]
 #: Attention kernels: fused (PyTorch SDPA, FlashAttention; no score matrix kept) or eager (the score matrix materialised)
 Attention = Literal["fused", "eager"]
+#: Training loss over the vocabulary: full fp32 logits, or a fused chunked kernel
+LossKind = Literal["full", "chunked", "fused"]
 Phase = Literal["decode", "prefill"]
 #: Which fused-attention kernels a run uses: current ones (FlashAttention-2/3, cuDNN),
 #: timed at the matmuls' efficiency, or the slower ones LLM Foundry measured in 2023.

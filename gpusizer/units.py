@@ -121,7 +121,8 @@ def format_count(n: int | float) -> str:
 
     A missing value is the caller's to show (``gpusizer.render.common.show_value``).
     """
-    value = float(n)
+    # round to 3 significant figures first, so 999,885,952 reads 1B, not 1e+03M
+    value = float(f"{float(n):.3g}")
     for suffix, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
         if abs(value) >= scale:
             return f"{value / scale:.3g}{suffix}"

@@ -85,7 +85,7 @@ def test_qlora_70b_fits_one_48_gb_card(cli_json):
                    "--checkpointing")
     gpu = doc["results"]["gpus"][0]
     assert gpu["fits"] and gpu["max_batch"] >= 1
-    assert doc["input"]["adapter"] == {"rank": 16, "targets": ["all-linear"], "base_quantisation": "nf4",
+    assert doc["input"]["adapter"] == {"rank": 16, "targets": ["all-linear"], "base_quantisation": "nf4", "dtype": "fp32",
                                        "double_quant": True}
     assert doc["input"]["precision"] == "bf16"
 
@@ -276,3 +276,16 @@ def test_group_quantised_formats_keep_embeddings_in_16_bits():
 def test_weight_formats_are_for_inference():
     with pytest.raises(UsageError, match="weight formats are for inference"):
         gpusizer.fit_model("llama-2-7b", weight_format="mxfp4")
+
+
+def test_fused_loss_never_holds_the_full_logits():
+    """Llama 3's 128,256-token vocabulary at 8 x 2048 tokens: full cross-entropy keeps fp32
+    log-softmax (8.4 GB) and a (4 + 2)-byte gradient transient; the fused kernel holds one
+    of ceil(128256 / 4096) = 32 chunks at a time."""
+    shape = gpusizer.resolve_model("llama-3-8b")
+    cfg = RunConfig(precision="bf16", batch=8, seq_len=2048, checkpointing=True)
+    full = estimate_memory(shape, cfg)
+    fused = estimate_memory(shape, cfg.model_copy(update={"loss": "fused"}))
+    tokens, vocab = 8 * 2048, 128_256
+    assert full.activations_bytes - fused.activations_bytes == 4 * tokens * vocab - 2 * tokens * 4096
+    assert fused.total_bytes < full.total_bytes - 8 * 2**30

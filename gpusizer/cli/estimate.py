@@ -29,6 +29,7 @@ from gpusizer.cli.options import (
     LogitsOpt,
     LoraOpt,
     LoraTargetsOpt,
+    LossOpt,
     ModelOpt,
     NodesOpt,
     OffloadOpt,
@@ -118,6 +119,7 @@ def estimate_cmd(
     lora_targets: LoraTargetsOpt = "all-linear",
     double_quant: DoubleQuantOpt = True,
     weights: WeightsOpt = None,
+    loss: LossOpt = "full",
     offload: OffloadOpt = "none",
     offload_to: OffloadToOpt = "cpu",
     grad_accumulation: GradAccumOpt = 1,
@@ -142,7 +144,7 @@ def estimate_cmd(
         batch=batch, seq_len=seq_len, image_size=image_size, optimizer=optimizer, strategy=strategy,
         head=head, checkpointing=checkpointing, attention="fused" if flash_attention else attention, logits=logits,
         kv_cache=kv_cache, adapter=adapter_settings(lora, qlora, lora_targets, double_quant),
-        offload=offload, offload_to=offload_to, weight_format=weights,
+        offload=offload, offload_to=offload_to, weight_format=weights, loss=loss,
     )
     res = result.results
     if json_out:

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from gpusizer.choices import Attention, Head, Logits, Optimizer
+from gpusizer.choices import Attention, Head, Logits, LossKind, Optimizer
 from gpusizer.domain.parallelism import Offload, OffloadTarget, Strategy
 from gpusizer.domain.precision import KvCache, WeightFormatName
 from gpusizer.errors import UsageError
@@ -99,6 +99,10 @@ WeightsOpt = Annotated[WeightFormatName | None, typer.Option(
     "--weights", help="Inference: serve a published weight format instead of the precision's storage: "
                       "gptq-int4-g128, awq-int4-g128, mxfp4, fp8, gguf-q4_k_m, gguf-q5_k_m, gguf-q6_k, gguf-q8_0 "
                       "(bits per weight with their scales; docs/method.md).")]
+LossOpt = Annotated[LossKind, typer.Option(
+    "--loss", help="Training loss: full (PyTorch cross-entropy: full fp32 logits, default), chunked (torchtune's "
+                   "CEWithChunkedOutputLoss: 16-bit logits, fp32 one chunk in 8 at a time) or fused (Liger-Kernel's "
+                   "fused linear cross-entropy: logits in chunks, never all at once).")]
 OffloadOpt = Annotated[Offload, typer.Option(
     "--offload", help="Keep state in host memory instead of on the GPU: optimizer (ZeRO-Offload: optimizer state, "
                       "AMP's fp32 master weights and gradients; the step runs on the CPU), params (weights stream in "

@@ -17,7 +17,8 @@ The recipe assumed, as peft with ``Trainer(bf16=True)`` runs it:
 (peft's ``"all-linear"``; on mixture-of-experts models that includes each
 expert's projections and the router), ``attention`` the q, k, v and o
 projections, ``mlp`` the feed-forward projections, or a list of the names
-``q, k, v, o, gate, up, down``.
+``q, k, v, o, gate, up, down`` (and ``head``, the output projection, which
+only an explicit name adapts).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from gpusizer.domain.precision import ADAPTER_DTYPE_BYTES, AdapterDtype
 from gpusizer.domain.shape import TransformerShape
 from gpusizer.errors import UsageError
 
@@ -59,15 +61,18 @@ class Adapter(BaseModel):
     base_quantisation: Literal["nf4"] | None = None
     #: QLoRA's double quantisation of the absmax constants (bitsandbytes' default in peft recipes)
     double_quant: bool = True
+    #: the adapters' dtype, and so of their gradients and optimizer state: fp32 as peft
+    #: keeps them (autocast_adapter_dtype), bf16 as torchtune and LitGPT do
+    dtype: AdapterDtype = "fp32"
 
     @field_validator("targets")
     @classmethod
     def _known_targets(cls, targets: tuple[str, ...]) -> tuple[str, ...]:
         for name in targets:
-            if name not in TARGET_SETS and name not in LINEAR_NAMES:
+            if name not in TARGET_SETS and name not in (*LINEAR_NAMES, "head"):
                 raise ValueError(
                     f"unknown adapter target {name!r}: use all-linear, attention, mlp, or names among "
-                    f"{', '.join(LINEAR_NAMES)}")
+                    f"{', '.join(LINEAR_NAMES)}, head")
         if not targets:
             raise ValueError("adapters need at least one target")
         return targets
@@ -79,6 +84,11 @@ class Adapter(BaseModel):
         for name in self.targets:
             out.update(TARGET_SETS.get(name, (name,)))
         return frozenset(out)
+
+    @property
+    def bytes_per_param(self) -> int:
+        """Bytes of each adapter weight, gradient and optimizer-state element."""
+        return ADAPTER_DTYPE_BYTES[self.dtype]
 
     @property
     def method(self) -> Literal["lora", "qlora"]:
@@ -110,6 +120,7 @@ def _linears(m: TransformerShape) -> list[tuple[str, int, int, int]]:
         out += [("up", h, f, mlps), ("down", f, h, mlps)]
     if m.experts > 1:
         out.append(("gate", h, m.experts, layers))  # the router, a linear layer peft adapts too
+    out.append(("head", h, m.vocab, 1))  # the output head: only when named (all-linear leaves it out)
     return out
 
 

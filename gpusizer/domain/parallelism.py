@@ -143,6 +143,14 @@ def sharding_alternative(strategy: str, mode: str) -> str:
     return "tp" if mode == "inference" else "fsdp"
 
 
+def sharding_advice(mode: str) -> str:
+    """How to spread a model that does not fit, in words, for the run's mode: ZeRO and
+    FSDP shard training state, so serving is told about tensor parallelism only."""
+    if mode == "inference":
+        return "tensor parallelism over more GPUs"
+    return "sharding with ZeRO-3, FSDP or tensor parallelism over more GPUs"
+
+
 def gpus_per_node_for(strategy: str, shard_gpus: int, nodes: int) -> int:
     """GPUs per node that give a model ``shard_gpus`` shards: tensor parallelism puts
     them all in each node; ZeRO and FSDP spread them over the nodes."""
@@ -171,6 +179,7 @@ __all__ = [
     "gpus_per_node_for",
     "sharded_gpus",
     "sharding",
+    "sharding_advice",
     "sharding_alternative",
     "tensor_parallel",
     "shards_weights",

@@ -226,6 +226,12 @@ WeightFormatName = Literal["gptq-int4-g128", "awq-int4-g128", "mxfp4", "fp8", "g
                            "gguf-q6_k", "gguf-q8_0"]
 
 
+#: The dtypes LoRA adapters are kept in, with their gradients and optimizer state:
+#: fp32 as peft keeps them (autocast_adapter_dtype=True), bf16 as torchtune and LitGPT do.
+AdapterDtype = Literal["fp32", "bf16"]
+ADAPTER_DTYPE_BYTES: dict[str, int] = {"fp32": 4, "bf16": 2}
+
+
 #: The precisions ``recommend --precision`` accepts.
 RULE_PRECISIONS: tuple[str, ...] = tuple(n for n, p in PRECISIONS.items() if p.rule_precision)
 #: What a run uses when no precision is given: AMP for training (what PyTorch

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from gpusizer.choices import Logits, Mode, Optimizer
+from gpusizer.choices import Logits, LossKind, Mode, Optimizer
 from gpusizer.domain.finetune import Adapter
 from gpusizer.domain.parallelism import Offload, OffloadTarget, Parallelism, Sharding, Strategy, sharding
 from gpusizer.domain.precision import (
@@ -71,6 +71,11 @@ class RunConfig(BaseModel):
     #: what lives in host memory (or NVMe) instead of on the GPU
     offload: Offload = "none"
     offload_to: OffloadTarget = "cpu"
+    #: training loss: "full" materialises the fp32 logits and log-softmax (PyTorch's
+    #: cross-entropy, the transformers default); "chunked" keeps 16-bit logits and
+    #: upcasts one of 8 chunks at a time (torchtune); "fused" computes them chunk by
+    #: chunk (Liger-Kernel's fused linear cross-entropy)
+    loss: LossKind = "full"
     #: what the transformer's output head computes: vocabulary logits for every
     #: token (language modelling) or a handful of classes from one token
     head: Literal["lm", "classifier", "logits"] = "lm"
@@ -81,7 +86,7 @@ class RunConfig(BaseModel):
     gpus: int = Field(default=1, ge=1, le=1 << 16)
     strategy: Strategy = "ddp"
     #: fixed overhead in bytes (CUDA context); None = default
-    context_bytes: int | None = Field(default=None, ge=0)
+    context_bytes: int | None = Field(default=None, ge=0, le=1 << 40)
     fragmentation: float = Field(default=DEFAULT_FRAGMENTATION, ge=0, le=1)
 
     @model_validator(mode="before")

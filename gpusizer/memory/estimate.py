@@ -14,7 +14,6 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from gpusizer.domain.finetune import (
-    ADAPTER_BYTES,
     Adapter,
     adapter_input_elements,
     adapter_params,
@@ -38,6 +37,9 @@ from gpusizer.units import GIB, MIB
 OPTIMIZER_STATES: dict[str, int] = {
     "sgd": 0, "momentum": 1, "adam": 2, "adamw": 2, "adafactor": 0, "adam8bit": 2, "paged-adamw-8bit": 2,
 }
+
+#: torchtune's CEWithChunkedOutputLoss default (num_output_chunks=8)
+CHUNKED_LOSS_CHUNKS = 8
 
 #: Default fixed overhead: the CUDA context and kernels loaded by PyTorch.
 #: HF "Model training anatomy" measured 1343 MiB on a V100 before CUDA 11.7 lazy
@@ -223,7 +225,19 @@ def transformer_activation_bytes(
     # its fp32 gradient and that gradient cast to the logits' dtype are live
     t_len = cfg.target_len or s
     tokens_out = t_len * b
-    if cfg.head == "lm":
+    if cfg.head == "lm" and cfg.loss == "fused":
+        # fused linear cross-entropy (Liger-Kernel) computes logits, loss and gradients
+        # chunk by chunk in the forward pass, ceil(vocab / hidden) chunks of tokens; it
+        # keeps the gradient of the head's input for backward, never the full logits
+        chunks = -(-m.vocab // m.hidden)
+        saved_logits = p * tokens_out * m.hidden
+        logits = (4 + p) * -(-tokens_out // chunks) * m.vocab // tp
+    elif cfg.head == "lm" and cfg.loss == "chunked":
+        # torchtune's CEWithChunkedOutputLoss: the head returns 16-bit logits in 8 chunks
+        # (saved whole for backward); each chunk is upcast to fp32 on its own
+        saved_logits = p * tokens_out * m.vocab // tp
+        logits = (4 + p) * -(-tokens_out // CHUNKED_LOSS_CHUNKS) * m.vocab // tp
+    elif cfg.head == "lm":
         saved_logits = 4 * tokens_out * m.vocab // tp
         logits = (4 + p) * tokens_out * m.vocab // tp
     elif cfg.head == "logits":  # logits kept, no cross-entropy (e.g. loss = logits.sum())
@@ -312,8 +326,8 @@ def trainable(shape: ModelShape, cfg: RunConfig) -> Trainable:
     with LoRA/QLoRA, the adapters in fp32 (the base is frozen)."""
     if cfg.adapter is not None:
         m = require_transformer(shape.transformer, cfg.adapter)
-        return Trainable(params=adapter_params(m, cfg.adapter), grad_bytes=ADAPTER_BYTES,
-                         state_bytes=ADAPTER_BYTES, adapters=True)
+        width = cfg.adapter.bytes_per_param
+        return Trainable(params=adapter_params(m, cfg.adapter), grad_bytes=width, state_bytes=width, adapters=True)
     st = cfg.storage
     return Trainable(params=shape.trainable, grad_bytes=st.grad_bytes, state_bytes=st.optimizer_state_bytes)
 
@@ -367,7 +381,7 @@ def weight_bytes(
         return int(quantised * fmt.bits_per_weight / 8 + (shape.params - quantised) * 2)
     if adapter is not None:
         m = require_transformer(shape.transformer, adapter)
-        extra = adapter_params(m, adapter) * ADAPTER_BYTES
+        extra = adapter_params(m, adapter) * adapter.bytes_per_param
         if adapter.base_quantisation is not None:
             quantised = min(matrix_params(m), shape.params)
             rest = shape.params - quantised

@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from gpusizer.domain.parallelism import shards_weights
+from gpusizer.domain.parallelism import sharding_advice, shards_weights
 from gpusizer.domain.run import RunConfig
 from gpusizer.domain.shape import ModelShape
 from gpusizer.hardware.catalog import Gpu
@@ -185,7 +185,7 @@ def _verdict(results: Sequence[GpuFit], cfg: RunConfig, breakdown: MemoryBreakdo
         )
     ideas = []
     if not shards_weights(cfg.strategy):
-        ideas.append("sharding with ZeRO-3, FSDP or tensor parallelism over more GPUs")
+        ideas.append(sharding_advice(cfg.mode))
     else:
         ideas.append("more GPUs")
     if cfg.storage.weight_bytes > 2:

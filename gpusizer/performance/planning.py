@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from gpusizer.domain.parallelism import sharding_advice
 from gpusizer.domain.precision import storage_precision
 from gpusizer.domain.run import RunConfig
 from gpusizer.domain.shape import ModelShape
@@ -66,7 +67,7 @@ def default_batch(
     if largest is None:
         raise NothingFitsError(
             f"{shape.name} does not fit at batch 1 ({cfg.mode}, {prec}, {cfg.strategy} on {mem_cfg.gpus} GPU(s))",
-            hint="shard it with ZeRO-3, FSDP or tensor parallelism over more GPUs, lower the precision, or give a batch",
+            hint=f"try {sharding_advice(cfg.mode)}, a lower precision, or a given batch",
         )
     if largest > cap:
         more = "memory allows more" if largest >= MAX_BATCH else f"largest that fits is {largest}"
