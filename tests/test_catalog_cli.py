@@ -119,6 +119,46 @@ def test_catalog_list_json_envelope(cli_json):
     assert v100["launch_price_usd"] is None
 
 
+def test_catalog_json_carries_provenance_vendor_and_three_valued_ecc(cli_json):
+    doc = cli_json("catalog", "show", "rtx-5080")
+    gpu = doc["results"]
+    assert gpu["vendor"] == "nvidia" and gpu["ecc"] == "none"
+    assert gpu["derived"]["tensor_fp16_tflops"] == "tensor-fp16-gb20x-geforce"
+    assert gpu["tensor_fp16_tflops"] == pytest.approx(112.6)
+    assert "fp32_tflops" not in gpu["derived"]  # sourced
+    listed = {g["id"]: g for g in cli_json("catalog", "list")["results"]}
+    assert listed["rtx-4090"]["ecc"] == "optional" and listed["h100-sxm5-80gb"]["ecc"] == "always"
+    assert listed["v100-sxm2-16gb"]["derived"] == {"tensor_fp16_fp16acc_tflops": "tensor-fp16acc-volta"}
+
+
+def test_catalog_show_marks_derived_values_with_their_rule(cli):
+    result = cli("catalog", "show", "rtx-5080")
+    assert result.exit_code == 0, result.stderr
+    line = next(x for x in result.stdout.splitlines() if "│ tensor_fp16_tflops " in x)
+    assert "derived: tensor-fp16-gb20x-geforce" in line and "x tensor_cores x boost_clock_mhz" in line
+    v100 = cli("catalog", "show", "v100-sxm2-16gb").stdout
+    assert "absent: Tensor Cores run it from Ampere on" in next(x for x in v100.splitlines() if "tensor_bf16_tflops" in x)
+
+
+def test_catalog_list_vendor_and_provenance(cli, cli_json):
+    assert len(cli_json("catalog", "list", "--vendor", "nvidia")["results"]) == len(GPUS)
+    assert cli_json("catalog", "list", "--vendor", "AMD")["results"] == []
+    bad = cli("catalog", "list", "--vendor", "acme")
+    assert bad.exit_code == 2 and "--vendor" in bad.stderr
+    plain = cli("catalog", "list", "--arch", "ada").stdout
+    marked = cli("catalog", "list", "--arch", "ada", "--show-provenance").stdout
+    assert "*" not in plain and "derived" not in plain
+    row = next(x for x in marked.splitlines() if x.lstrip().startswith("rtx-4060-ti-16gb"))
+    assert "44.1*" in row and "derived by a rule" in marked
+
+
+def test_ecc_filter_counts_a_driver_setting_as_ecc(cli_json):
+    with_ecc = {g["id"] for g in cli_json("catalog", "list", "--ecc")["results"]}
+    without = {g["id"] for g in cli_json("catalog", "list", "--no-ecc")["results"]}
+    assert {"rtx-4090", "rtx-a6000", "h100-sxm5-80gb"} <= with_ecc
+    assert {"rtx-3090", "rtx-5090", "titan-v"} <= without and not with_ecc & without
+
+
 def test_catalog_list_filters(cli_json):
     doc = cli_json("catalog", "list", "--segment", "datacenter", "--min-memory", "80", "--nvlink")
     ids = {g["id"] for g in doc["results"]}
@@ -318,12 +358,12 @@ def test_cached_catalog_equals_the_validated_one(tmp_path):
         assert isinstance(b.aliases, tuple) and isinstance(b.sources, tuple)
         assert all(type(s).__name__ == "Source" and isinstance(s.fields, tuple) for s in b.sources)
     assert second.resolve("Tesla V100-SXM2-16GB").gpu.memory_bytes == 16 * 2**30
-    # and the second load really came from the dump: an edit to it shows through
+    # the dump is never trusted: an edit to it (here one that still validates) is ignored
     (dump,) = tmp_path.glob("catalog-*.json")
-    entries = json.loads(dump.read_text())
-    entries[0]["name"] = "edited in the cache"
-    dump.write_text(json.dumps(entries))
-    assert _fresh_load([], tmp_path).gpus[0].name == "edited in the cache"
+    edited = dump.read_bytes().replace(first.gpus[0].name.encode(), b"edited in the cache", 1)
+    assert edited != dump.read_bytes()
+    dump.write_bytes(edited)
+    assert _fresh_load([], tmp_path).gpus[0].name == first.gpus[0].name
 
 
 def test_cache_never_hides_a_changed_user_file(tmp_path, installed):

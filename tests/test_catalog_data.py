@@ -8,10 +8,25 @@ from __future__ import annotations
 
 import pytest
 
-from gpusizer.hardware.catalog import ARCH_ORDER, TENSOR_FIELDS, Gpu, load_catalog
+from gpusizer.hardware import catalog as catalog_module
+from gpusizer.hardware.catalog import (
+    ARCH_ORDER,
+    DERIVABLE_FIELDS,
+    TENSOR_FIELDS,
+    TENSOR_SINCE,
+    Gpu,
+    bundled_catalog_path,
+    load_catalog,
+    load_derivations,
+    resolve_device,
+    resolve_name,
+)
 
 CATALOG = load_catalog()
 GPUS = {g.id: g for g in CATALOG.gpus}
+RULES = load_derivations()
+#: The catalog as the YAML gives it, before the rules fill nulls: what the sourced figures are.
+RAW = {g.id: g for g in catalog_module._load_cached((str(bundled_catalog_path()),), None).gpus}
 
 REQUIRED_IDS = [
     # Maxwell and Pascal
@@ -56,14 +71,14 @@ def test_aliases_include_exact_nvml_names(gpu_id, nvml_name):
 
 
 def test_every_entry_has_a_source_and_every_number_is_covered():
-    """Each non-null number is named in some source's `fields`, unless a source
-    covers the whole entry (no `fields` list).
+    """Each non-null number is named in some source's `fields` or in `derived` (a rule of
+    data/derivations.yaml gives it), unless a source covers the whole entry (no `fields` list).
 
     Exempt: the PCIe and NVLink generation (fixed by the architecture and the
     link bandwidth that is sourced) and the price year (the year of the cited
     announcement that gives the price)."""
     exempt = {"launch_year", "family_default", "ecc", "gpudirect_rdma", "pcie_generation", "nvlink_generation",
-              "launch_price_year"}
+              "launch_price_year", "vendor", "derived"}
     numeric = [
         name for name, info in Gpu.model_fields.items()
         if name not in exempt
@@ -74,7 +89,7 @@ def test_every_entry_has_a_source_and_every_number_is_covered():
         assert gpu.sources, gpu.id
         if any(not s.fields for s in gpu.sources):
             continue
-        covered = {f for s in gpu.sources for f in s.fields}
+        covered = {f for s in gpu.sources for f in s.fields} | set(gpu.derived_by)
         for field in numeric:
             if getattr(gpu, field) is not None and field not in covered:
                 problems.append(f"{gpu.id}.{field}")
@@ -146,12 +161,10 @@ def test_nothing_before_volta_has_tensor_throughput():
         if ARCH_ORDER.index(gpu.architecture) < ARCH_ORDER.index("volta"):
             assert not any(getattr(gpu, f) is not None for f in TENSOR_FIELDS), gpu.id
             assert not gpu.tensor_cores, gpu.id
-        elif gpu.segment != "consumer":
+            assert not gpu.has_tensor_cores and gpu.provenance("tensor_fp16_tflops") == "absent"
+        else:
             assert gpu.tensor_fp16_tflops is not None, gpu.id
-    # Consumer cards whose dense tensor rates NVIDIA has not published (only sparse
-    # "AI TOPS"): left null rather than derived.
-    unknown = {g.id for g in CATALOG.gpus if g.tensor_cores and g.tensor_fp16_tflops is None}
-    assert unknown <= {"rtx-4060-ti-16gb", "rtx-5080"}, unknown
+            assert gpu.has_tensor_cores, gpu.id
 
 
 def test_tensor_figures_are_dense_not_sparse():
@@ -208,8 +221,175 @@ def test_memory_bytes_are_binary():
     assert GPUS["gtx-1080-ti"].memory_bytes == 11 * 2**30
 
 
-def test_consumer_cards_have_no_ecc_and_no_rdma():
+def test_consumer_cards_have_no_rdma_and_at_most_optional_ecc():
     for gpu in CATALOG.gpus:
         if gpu.segment == "consumer":
             assert not gpu.gpudirect_rdma, gpu.id
-            assert not gpu.ecc, gpu.id
+            assert gpu.ecc in ("none", "optional"), gpu.id
+    # the GeForce cards whose driver can turn ECC on (Notebookcheck); the RTX 5090 cannot
+    assert {g.id for g in CATALOG.gpus if g.segment == "consumer" and g.ecc == "optional"} == {"rtx-3090-ti", "rtx-4090"}
+    assert GPUS["rtx-5090"].ecc == "none"
+
+
+def test_ecc_is_always_on_hbm_and_a_setting_on_gddr():
+    """`always` only on HBM parts, `optional` only on GDDR ones; data-center and workstation
+    GDDR cards with ECC are `optional` (a driver setting, on by default on data-center boards)."""
+    for gpu in CATALOG.gpus:
+        hbm = gpu.memory_type.upper().startswith("HBM")
+        if gpu.ecc == "always":
+            assert hbm, gpu.id
+        if gpu.ecc == "optional":
+            assert not hbm, gpu.id
+        if gpu.segment == "datacenter":
+            assert gpu.ecc == ("always" if hbm else "optional"), gpu.id
+    assert GPUS["titan-v"].ecc == "none"  # HBM2, but ECC is not exposed on the TITAN V
+    assert GPUS["quadro-rtx-4000"].ecc == "none"
+
+
+def test_old_boolean_ecc_reads_as_three_values():
+    base = GPUS["rtx-a6000"].model_dump(mode="json")
+    for memory, value, expected in (("GDDR6", True, "optional"), ("HBM2e", True, "always"), ("GDDR6", False, "none")):
+        gpu = Gpu.model_validate({**base, "memory_type": memory, "ecc": value})
+        assert gpu.ecc == expected and gpu.ecc_capable == (expected != "none")
+
+
+# ----- provenance and derivation rules (data/derivations.yaml) ----------------------------
+
+
+def _rules_for(gpu, field):
+    return [r for r in RULES.rules if r.field == field and r.applies(gpu)]
+
+
+def _inputs(gpu):
+    return catalog_module._inputs(gpu)
+
+
+def test_rules_have_unique_ids_known_exceptions_and_formulas():
+    assert len({r.id for r in RULES.rules}) == len(RULES.rules)
+    for rule in RULES.rules:
+        assert set(rule.exceptions) <= set(GPUS), (rule.id, rule.exceptions)
+        assert all(len(why) > 20 for why in rule.exceptions.values()), rule.id
+        assert rule.field in rule.formula and rule.sources, rule.id
+
+
+@pytest.mark.parametrize("field", DERIVABLE_FIELDS)
+def test_at_most_one_rule_per_field_and_gpu(field):
+    """Rule scopes for one field do not overlap: a value has one rule, never a choice."""
+    for gpu in CATALOG.gpus:
+        assert len(_rules_for(gpu, field)) <= 1, (gpu.id, field, [r.id for r in _rules_for(gpu, field)])
+
+
+@pytest.mark.parametrize("gpu", CATALOG.gpus, ids=lambda g: g.id)
+def test_derived_values_equal_their_rule_and_name_one(gpu):
+    """Every entry of `derived` names a rule that exists, derives that field for this GPU,
+    and gives the recorded value; no value is marked derived without a rule."""
+    inputs = _inputs(gpu)
+    for field, rule_id in gpu.derived_by.items():
+        rule = RULES.by_id(rule_id)
+        assert rule is not None, (gpu.id, field, rule_id)
+        assert rule.field == field and rule.applies(gpu), (gpu.id, field, rule_id)
+        expected = rule.compute(inputs)
+        assert expected is not None, (gpu.id, field)
+        assert getattr(gpu, field) == pytest.approx(expected, rel=rule.tolerance), (gpu.id, field, rule.formula)
+        if field not in RAW[gpu.id].derived_by:  # filled at load time: exactly the rule's value
+            assert getattr(gpu, field) == pytest.approx(expected, rel=1e-9) and getattr(RAW[gpu.id], field) is None
+
+
+@pytest.mark.parametrize("rule", RULES.rules, ids=lambda r: r.id)
+def test_sourced_figures_agree_with_every_rule_that_covers_them(rule):
+    """The consistency check over every entry: each sourced figure in a rule's scope equals
+    the rule within its tolerance (FP32 = 2 x cores x clock; FP64 and FP16 at the family's
+    ratio to FP32; one dense FP16 rate per Tensor Core and clock in each family; the
+    BF16/TF32/FP8/INT8/FP4 ratios). Exceptions are listed in the rule with the reason."""
+    checked = []
+    for gpu in RAW.values():
+        if not rule.applies(gpu) or rule.field in gpu.derived_by:
+            continue
+        value, expected = getattr(gpu, rule.field), rule.compute(_inputs(gpu))
+        if value is None or expected is None:
+            continue
+        checked.append(gpu.id)
+        assert value == pytest.approx(expected, rel=rule.tolerance), (gpu.id, rule.formula, value, expected)
+    if rule.per_clock_of == "tensor_cores":
+        # a per-Tensor-Core rate is read off the family's sourced entries, never assumed
+        assert checked, f"{rule.id}: no sourced entry backs the rate"
+
+
+@pytest.mark.parametrize("gpu", [g for g in CATALOG.gpus if g.cuda_cores and g.boost_clock_mhz], ids=lambda g: g.id)
+def test_fp32_is_two_flops_per_core_per_clock(gpu):
+    rule = RULES.by_id("fp32-cuda-cores")
+    computed = 2 * gpu.cuda_cores * gpu.boost_clock_mhz / 1e6
+    if gpu.id in rule.exceptions:
+        assert gpu.fp32_tflops < computed
+    else:
+        assert gpu.fp32_tflops == pytest.approx(computed, rel=rule.tolerance)
+
+
+@pytest.mark.parametrize("gpu", CATALOG.gpus, ids=lambda g: g.id)
+def test_fp64_ratio_by_family(gpu):
+    """FP64 is 1/2, 1/32 or 1/64 of FP32 by compute capability (one rule per family)."""
+    (rule,) = _rules_for(gpu, "fp64_tflops")
+    assert gpu.fp64_tflops / gpu.fp32_tflops == pytest.approx(rule.factor, rel=rule.tolerance)
+
+
+@pytest.mark.parametrize("gpu", [g for g in CATALOG.gpus if g.has_tensor_cores], ids=lambda g: g.id)
+def test_no_unknown_tensor_rate_without_a_note(gpu):
+    """A GPU with Tensor Cores has every rate its architecture runs, sourced or derived; a
+    null is allowed only where no rule can apply, and the entry's notes then name the field."""
+    for field, since in TENSOR_SINCE.items():
+        if ARCH_ORDER.index(gpu.architecture) < ARCH_ORDER.index(since):
+            assert getattr(gpu, field) is None and gpu.provenance(field) == "absent", (gpu.id, field)
+        elif getattr(gpu, field) is None:
+            assert gpu.provenance(field) == "unknown"
+            assert field in (gpu.notes or ""), f"{gpu.id}: {field} is unknown and the notes do not say why"
+
+
+def test_the_cards_the_issue_named_get_tensor_rates_in_line_with_their_family():
+    """RTX 5080 and 4060 Ti 16GB from their Tensor Cores and clock; RTX 3090 Ti BF16 = FP16."""
+    g = GPUS["rtx-5080"]
+    assert g.tensor_fp16_tflops == pytest.approx(336 * 128 * 2617e-6, rel=1e-3)
+    assert g.tensor_fp4_tflops == pytest.approx(4 * g.tensor_fp16_fp16acc_tflops, rel=0.01)  # NVIDIA's 900.5
+    assert g.derived_by["tensor_fp16_tflops"] == "tensor-fp16-gb20x-geforce"
+    assert GPUS["rtx-4060-ti-16gb"].tensor_fp16_tflops == pytest.approx(44.1, rel=0.01)
+    assert GPUS["rtx-3090-ti"].tensor_bf16_tflops == GPUS["rtx-3090-ti"].tensor_fp16_tflops == 80
+    assert GPUS["rtx-5090"].tensor_fp16_tflops > GPUS["rtx-4090"].tensor_fp16_tflops
+    assert GPUS["rtx-5080"].tensor_fp16_tflops > GPUS["rtx-4080"].tensor_fp16_tflops
+
+
+def test_fixes_from_the_audit():
+    assert GPUS["rtx-4060-ti-16gb"].tdp_w == 165
+    assert GPUS["rtx-3090-ti"].nvlink_gb_s == GPUS["rtx-3090"].nvlink_gb_s == 112.5
+    assert resolve_name(CATALOG.gpus, "Tesla M40").gpu.id == "tesla-m40-12gb"
+
+
+# ----- NVML names ---------------------------------------------------------------------------
+
+#: How NVML names start: "NVIDIA ..." since driver 470, "Tesla/Quadro/GeForce/TITAN ..." before.
+NVML_PREFIXES = ("NVIDIA ", "Tesla ", "Quadro ", "GeForce ", "TITAN ")
+
+
+@pytest.mark.parametrize("gpu", CATALOG.gpus, ids=lambda g: g.id)
+def test_every_nvml_name_resolves_to_its_own_entry(gpu):
+    for alias in gpu.aliases:
+        if alias.startswith(NVML_PREFIXES):
+            assert resolve_name(CATALOG.gpus, alias).gpu.id == gpu.id, alias
+            # with the memory NVML reports (a little under the datasheet figure) it stays put
+            assert resolve_device(CATALOG.gpus, alias, int(gpu.memory_bytes * 0.95)).gpu.id == gpu.id, alias
+
+
+def test_memory_variants_sharing_an_nvml_name_are_told_apart_by_memory():
+    """The 24 GB Tesla M40 reported "Tesla M40" (the 12 GB board's name) on early drivers."""
+    m40 = resolve_name(CATALOG.gpus, "Tesla M40")
+    assert m40.gpu.id == "tesla-m40-12gb" and m40.note is None
+    big = resolve_device(CATALOG.gpus, "Tesla M40", int(22.9 * 2**30))
+    assert big.gpu.id == "tesla-m40-24gb" and "memory variants" in big.note
+    assert resolve_device(CATALOG.gpus, "Tesla M40", 11448 * 2**20).gpu.id == "tesla-m40-12gb"
+    # memory picks among variants of one form factor, never another form factor (V100 PCIe 32GB)
+    assert resolve_device(CATALOG.gpus, "Tesla V100-SXM2-16GB", 31 * 2**30).gpu.id == "v100-sxm2-32gb"
+    for family in {g.family for g in CATALOG.gpus if g.family}:
+        members = [g for g in CATALOG.gpus if g.family == family]
+        (default,) = [g for g in members if g.family_default]
+        for gpu in members:
+            if catalog_module._shape(gpu) == catalog_module._shape(default):
+                got = resolve_device(CATALOG.gpus, default.name, int(gpu.memory_bytes * 0.95))
+                assert got.gpu.memory_gib == gpu.memory_gib, (family, gpu.id, got.gpu.id)

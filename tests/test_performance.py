@@ -772,3 +772,82 @@ def test_sm_counts_from_cores_or_from_the_fp32_identity(cat):
                 "p100-sxm2-16gb": 56, "h100-nvl-94gb": 131}
     assert {g: sm_count(cat.by_id(g)) for g in expected} == expected
     assert sm_count(cat.by_id("b200-sxm-180gb")) is None  # neither cores nor clock published
+
+
+# --------------------------------------------------------------------------
+# unknown is not absent; constants stay within their class
+
+
+def test_resnet50_mixed_follows_the_tensor_rates_of_the_cards_the_audit_named(cat, zoo):
+    """RTX 5080 and 4060 Ti 16GB had no tensor rate and ran at their CUDA-core rate, and the
+    RTX 5090 took the H100's 11% CNN efficiency; now each runs at its (derived) Tensor Core rate
+    with the constants of its class: 5090 > 4090 > 5080 > 4080 > 4060 Ti."""
+    shp = shape(zoo, "resnet50")
+    speed = {}
+    for gpu_id in ("rtx-5090", "rtx-4090", "rtx-5080", "rtx-4080", "rtx-4060-ti-16gb", "rtx-3090-ti"):
+        e = est(cat.by_id(gpu_id), shp, mode="train", batch=64, precision="mixed")
+        assert "Tensor Core" in e.peak_label, gpu_id
+        assert not any("has no" in n and "Tensor Cores" in n for n in e.notes), (gpu_id, e.notes)
+        speed[gpu_id] = e.throughput_per_s
+    assert speed["rtx-5090"] > speed["rtx-4090"] > speed["rtx-5080"] > speed["rtx-4080"] > speed["rtx-4060-ti-16gb"]
+    assert speed["rtx-3090-ti"] > est(cat.by_id("rtx-3090"), shp, mode="train", batch=64, precision="mixed").throughput_per_s
+
+
+def test_bf16_on_the_3090_ti_runs_on_its_tensor_cores(cat, zoo):
+    e = est(cat.by_id("rtx-3090-ti"), shape(zoo, "bert-base"), mode="train", batch=32, seq_len=128, precision="bf16")
+    assert e.peak_tflops == 80 and "bf16 Tensor Core" in e.peak_label
+    assert not any("no BF16" in n for n in e.notes)
+
+
+def test_an_unknown_tensor_rate_is_a_lower_bound_with_a_wide_band_never_absent(cat, zoo):
+    """A GPU with Tensor Cores whose rate nothing gives (no source, no rule: here no clock) is
+    computed at its CUDA-core rate as a stated lower bound, with the error band widened."""
+    from gpusizer.performance.peak import UNKNOWN_RATE_BAND, peak_detail
+
+    nulls = {f: None for f in ("tensor_tf32_tflops", "tensor_fp16_tflops", "tensor_fp16_fp16acc_tflops",
+                               "tensor_bf16_tflops", "tensor_fp8_tflops", "tensor_fp4_tflops", "tensor_int8_tops")}
+    gpu = cat.by_id("rtx-4080").model_copy(update={**nulls, "boost_clock_mhz": None, "derived": ()})
+    assert gpu.has_tensor_cores and gpu.provenance("tensor_fp16_tflops") == "unknown"
+    detail = peak_detail(gpu, "mixed")
+    assert detail.unknown_rate and detail.tflops == gpu.fp32_tflops and "unknown" in detail.label
+    e = est(gpu, shape(zoo, "resnet50"), mode="train", batch=64, precision="mixed")
+    assert e.error_band >= UNKNOWN_RATE_BAND
+    assert any("lower bound" in n for n in e.notes) and not any("has no" in n for n in e.notes)
+    # a GPU without Tensor Cores still says so
+    pascal = peak_detail(cat.by_id("gtx-1080-ti"), "mixed")
+    assert not pascal.unknown_rate and any("has no Tensor Cores" in n for n in pascal.notes)
+
+
+def test_calibration_constants_do_not_leak_across_segments(cat, zoo):
+    """The cnn-train hopper-blackwell entry (11% of peak) was fitted on H100s: it serves the
+    data-center Hopper and Blackwell parts; a consumer Blackwell card falls back to the class's
+    'all' entry, says so, and states a wider band."""
+    from gpusizer.performance.calibration import UNCOVERED_BAND_FACTOR
+
+    cal = load_calibration()
+    shp = shape(zoo, "resnet50")
+    h100 = est(cat.by_id("h100-sxm5-80gb"), shp, mode="train", batch=64, precision="mixed")
+    b200 = est(cat.by_id("b200-sxm-180gb"), shp, mode="train", batch=64, precision="mixed")
+    rtx = est(cat.by_id("rtx-5090"), shp, mode="train", batch=64, precision="mixed")
+    ada = est(cat.by_id("rtx-4090"), shp, mode="train", batch=64, precision="mixed")
+    special = cal.lookup("cnn-train", "hopper")
+    assert special.generation == "hopper-blackwell" and h100.compute_efficiency == b200.compute_efficiency
+    assert h100.compute_efficiency == special.compute_efficiency and h100.error_band == cal.error_band
+    assert rtx.compute_efficiency == cal.lookup("cnn-train", "maxwell").compute_efficiency  # the 'all' entry
+    assert rtx.error_band == pytest.approx(cal.error_band * UNCOVERED_BAND_FACTOR)
+    assert any("no cnn-train measurement covers consumer Blackwell" in n for n in rtx.notes)
+    assert ada.error_band == cal.error_band  # consumer Ada CNN training is measured
+    # without a segment the lookup is what benchmarks/calibrate.py fits with
+    assert cal.lookup("cnn-train", "blackwell") is special
+    assert cal.lookup("cnn-train", "blackwell", "consumer").generation == "all"
+
+
+def test_calibration_coverage_is_the_classes_of_the_fitted_rows(cat, cases):
+    """`covers` records the generation/segment of every GPU an entry was fitted on, so a
+    refit that drops it (benchmarks/calibrate.py must write it) fails here, not silently."""
+    usable, _ = cases
+    gpu_of = {c.id: c.gpu for c in usable}
+    cal = load_calibration()
+    for entry in cal.efficiencies:
+        classes = {f"{cal.generation_of(gpu_of[i].architecture)}/{gpu_of[i].segment}" for i in entry.fitted_on}
+        assert set(entry.covers) == classes, (entry.workload, entry.generation)

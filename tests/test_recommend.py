@@ -163,8 +163,8 @@ def test_criteria_points_add_up_to_the_score_and_explain_it():
 
 
 def test_missing_skip_leaves_a_criterion_out_instead_of_scoring_zero(tmp_path):
-    # H200 SXM has no non-tensor fp16_tflops in the catalog: unknown, not absent.
-    h200 = BY_ID["h200-sxm-141gb"]
+    # B200 has no non-tensor fp16_tflops in the catalog and no rule derives it: unknown, not absent.
+    h200 = BY_ID["b200-sxm-180gb"]
     assert h200.fp16_tflops is None
     doc = {"workloads": {"cnn": {"criteria": [{"id": "raw-fp16", "field": "fp16_tflops", "weight": 3,
                                                "scale": "log", "message": "raw fp16 rate"}]}}}
@@ -178,6 +178,39 @@ def test_missing_skip_leaves_a_criterion_out_instead_of_scoring_zero(tmp_path):
     assert raw_z.counted and raw_z.points == 0
     assert not raw_s.counted and raw_s.points == 0
     assert s.score > z.score  # the unknown value no longer drags the score down
+
+
+def test_an_unknown_tensor_rate_is_left_out_of_the_score_with_a_note():
+    """A GPU with Tensor Cores whose rate nothing gives is not scored 0 for Tensor Cores and is
+    never told it lacks them: the criterion is left out, and a note says why."""
+    nulls = {f: None for f in ("tensor_tf32_tflops", "tensor_fp16_tflops", "tensor_fp16_fp16acc_tflops",
+                               "tensor_bf16_tflops", "tensor_fp8_tflops", "tensor_fp4_tflops", "tensor_int8_tops")}
+    mystery = BY_ID["rtx-4080"].model_copy(update={**nulls, "boost_clock_mhz": None, "derived": (), "id": "mystery-4080"})
+    known = BY_ID["rtx-4080"]
+    for workload in ("cnn", "llm-train", "inference"):
+        res = engine(workload, [mystery, known])
+        row = next(g for g in (*res.ranked, *res.excluded) if g.gpu_id == "mystery-4080")
+        tensor = [c for c in row.contributions if c.field in ("tensor_tflops", "precision_tflops",
+                                                             "precision_tflops_per_w")]
+        assert tensor and all(not c.counted and c.points == 0 for c in tensor), workload
+        rules = {a.rule for a in row.advisories}
+        assert "no-tensor-cores" not in rules and any(r.startswith("unknown-") for r in rules), (workload, rules)
+        assert all("left out of its score" in a.message for a in row.advisories if a.rule.startswith("unknown-"))
+    # the true absence still scores 0 and says so
+    pascal = next(g for g in engine("cnn", [BY_ID["gtx-1080-ti"]]).ranked)
+    tensor = next(c for c in pascal.contributions if c.field == "tensor_tflops")
+    assert tensor.counted and tensor.points == 0 and "no-tensor-cores" in {a.rule for a in pascal.advisories}
+
+
+def test_require_ecc_takes_optional_ecc_with_a_note(cli_json):
+    res = rec_json(cli_json, "--workload", "cnn", "--require", "ecc", "--top", "100")
+    ranked = {g["gpu_id"]: g for g in res["ranked"]}
+    excluded = {g["gpu_id"] for g in res["excluded"]}
+    assert {"rtx-4090", "rtx-3090-ti", "rtx-a6000", "a100-sxm4-80gb"} <= set(ranked)
+    assert {"rtx-3090", "rtx-5090", "gtx-1080-ti"} <= excluded
+    note = next(a for a in ranked["rtx-4090"]["advisories"] if a["rule"] == "ecc-optional")["message"]
+    assert "turned on" in note and "memory" in note
+    assert not any(a["rule"] == "ecc-optional" for a in ranked["a100-sxm4-80gb"]["advisories"])  # HBM: always on
 
 
 def test_constraint_excludes_and_names_itself():
@@ -205,11 +238,11 @@ def test_requirements_exclude_with_their_reason(cli_json):
     res = rec_json(cli_json, "--workload", "hpc", "--require", "ecc,fp64", "--top", "50")
     for g in res["ranked"]:
         gpu = BY_ID[g["gpu_id"]]
-        assert gpu.ecc and gpu.fp64_tflops / gpu.fp32_tflops >= 0.25
+        assert gpu.ecc_capable and gpu.fp64_tflops / gpu.fp32_tflops >= 0.25
     excluded = {g["gpu_id"]: {f["rule"] for f in g["excluded_by"]} for g in res["excluded"]}
     assert excluded["gtx-1080-ti"] == {"require-ecc", "require-fp64"}  # no ECC, FP64 at 1:32
     assert excluded["titan-v"] == {"require-ecc"}  # full-rate FP64 (6.9 of 13.8), no ECC
-    assert excluded["tesla-p40"] == {"require-fp64"}  # ECC, FP64 at 1:32 (0.37 of 12)
+    assert excluded["tesla-p40"] == {"require-fp64"}  # ECC (a driver setting), FP64 at 1:32 (0.37 of 12)
     assert "p100-sxm2-16gb" in ranked_ids(res)
 
 
@@ -278,7 +311,14 @@ def test_hpc_ranks_p100_v100_far_above_geforce(cli_json):
     best_geforce = min(rank[i]["rank"] for i in slow_geforce)
     assert worst_tesla < best_geforce
     # "far": at least 25 points of 100 between the weakest P100/V100 and the best such GeForce card
-    assert min(rank[i]["score"] for i in tesla) - max(rank[i]["score"] for i in slow_geforce) >= 25
+    # without ECC; the RTX 3090 Ti and 4090 can turn ECC on (a driver setting), which the ECC
+    # criterion counts, and they are still well behind, with the ECC note
+    no_ecc = [i for i in slow_geforce if not BY_ID[i].ecc_capable]
+    assert min(rank[i]["score"] for i in tesla) - max(rank[i]["score"] for i in no_ecc) >= 25
+    for gpu_id in ("rtx-3090-ti", "rtx-4090"):
+        assert BY_ID[gpu_id].ecc == "optional" and gpu_id in slow_geforce
+        assert min(rank[i]["score"] for i in tesla) - rank[gpu_id]["score"] >= 5
+        assert {"slow-fp64", "ecc-optional"} <= {a["rule"] for a in rank[gpu_id]["advisories"]}
     # SEED: P100 5.3 vs GTX 1080 Ti 0.35 TFLOPS FP64, "P100 is ~16x the 1080 Ti"
     p100, ti = rank["p100-sxm2-16gb"]["speed"], rank["gtx-1080-ti"]["speed"]
     assert p100["throughput_per_s"] / ti["throughput_per_s"] == pytest.approx(16, rel=0.1)
@@ -530,7 +570,7 @@ def test_human_output_header_table_reasons_and_excluded(cli):
     out = result.stdout
     assert "precision mixed (workload default)" in out
     assert "2 GPUs (2 nodes x 1 per node)" in out
-    assert "requirement ecc: ecc == true" in out
+    assert "requirement ecc: ecc in ('optional', 'always')" in out
     assert "launch prices" in out
     for column in ("score", "tensor TF mixed", "fits", "rel. speed", "img/s per $1k"):
         assert column in out
@@ -654,7 +694,9 @@ def test_unknown_workload_suggests(cli):
         ("workloads:\n  cnn:\n    criteria: {id: x}\n", "expected a list of rules"),
         ("workloads:\n  cnn:\n    criteria:\n      - weight: 2\n", "id: missing"),
         ("workloads:\n  cnn:\n    criteria:\n      - {id: tensor, weight: -1}\n", "weight: Input should be greater"),
-        ("workloads:\n  cnn:\n    criteria:\n      - {id: new, field: ecc, message: a new rule}\n", "weight: Field required"),
+        ("workloads:\n  cnn:\n    criteria:\n      - {id: new, field: ecc_capable, message: a new rule}\n", "weight: Field required"),
+        ("workloads:\n  cnn:\n    criteria:\n      - {id: new, field: ecc, weight: 1, message: a new rule}\n",
+         "a criterion needs a number or true/false field"),
         ("workloads:\n  gnn:\n    criteria: []\n", "description, mode, precision, speed: required for a new workload"),
         ("workloads:\n  cnn:\n    advisories:\n      - {id: a, message: 'hello {gpuu}'}\n", "unknown placeholder {gpuu}"),
         ("workloads:\n  cnn:\n    constraints:\n      - {id: c, message: big ones, test: {field: memory_gib, op: '>', value: big}}\n",

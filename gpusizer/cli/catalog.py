@@ -21,20 +21,26 @@ def catalog_list(
         str | None, typer.Option(help="datacenter, workstation or consumer.", show_default=False)
     ] = None,
     arch: Annotated[str | None, typer.Option(help="Architecture, e.g. ampere, hopper.")] = None,
+    vendor: Annotated[str | None, typer.Option(help="nvidia, amd or intel.", show_default=False)] = None,
     min_memory: Annotated[float | None, typer.Option(help="Minimum memory in GiB.", min=0)] = None,
-    ecc: Annotated[bool | None, typer.Option("--ecc/--no-ecc", help="Only GPUs with (or without) ECC.")] = None,
+    ecc: Annotated[bool | None, typer.Option(
+        "--ecc/--no-ecc", help="Only GPUs whose ECC can be on (always, or a driver setting), or only those without.",
+    )] = None,
     rdma: Annotated[bool | None, typer.Option("--rdma/--no-rdma", help="Only GPUs with (or without) GPUDirect RDMA.")] = None,
     nvlink: Annotated[bool | None, typer.Option("--nvlink/--no-nvlink", help="Only GPUs with (or without) NVLink.")] = None,
     sort: Annotated[str | None, typer.Option(help="Sort by a numeric field, e.g. fp64_tflops, bandwidth_gb_s.")] = None,
     ascending: Annotated[bool, typer.Option("--ascending", help="Sort smallest first.")] = False,
+    show_provenance: Annotated[bool, typer.Option(
+        "--show-provenance", help="Mark derived values (*) and unknown Tensor Core rates (?); JSON always has 'derived'.",
+    )] = False,
     catalog: CatalogOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """List catalog GPUs, with filters and sorting."""
     from gpusizer import api
 
-    result = api.list_gpus(segment=segment, arch=arch, min_memory_gib=min_memory, ecc=ecc, rdma=rdma, nvlink=nvlink,
-                           sort=sort, descending=not ascending, catalog=_load_catalog(catalog))
+    result = api.list_gpus(segment=segment, arch=arch, vendor=vendor, min_memory_gib=min_memory, ecc=ecc, rdma=rdma,
+                           nvlink=nvlink, sort=sort, descending=not ascending, catalog=_load_catalog(catalog))
     if json_out:
         from gpusizer.render.common import emit_json
 
@@ -43,7 +49,8 @@ def catalog_list(
     from gpusizer.render.catalog import catalog_table
 
     gpus = list(result.results)
-    _console(ctx).print(catalog_table(gpus, title=f"{len(gpus)} of {result.catalog_size} GPUs"))
+    _console(ctx).print(catalog_table(gpus, title=f"{len(gpus)} of {result.catalog_size} GPUs",
+                                      provenance=show_provenance))
 
 
 @catalog_app.command("show")
@@ -66,7 +73,7 @@ def catalog_show(
     _warn(ctx, result.notes)
     from gpusizer.render.catalog import gpu_detail
 
-    _console(ctx).print(gpu_detail(result.results))
+    _console(ctx).print(gpu_detail(result.results, result.formulas))
 
 
 @app.command("compare")

@@ -34,6 +34,7 @@ COMPARE_FIELDS: tuple[tuple[str, str], ...] = (
 
 #: Non-numeric facts shown in compare.
 COMPARE_FACTS: tuple[tuple[str, str], ...] = (
+    ("vendor", "Vendor"),
     ("architecture", "Architecture"),
     ("segment", "Segment"),
     ("memory_type", "Memory type"),
@@ -50,6 +51,8 @@ def numeric_fields() -> tuple[str, ...]:
     out = []
     for name, info in Gpu.model_fields.items():
         ann = str(info.annotation)
+        if "Literal" in ann or name == "derived":
+            continue
         if name in ("launch_year",) or "float" in ann or ("int" in ann and "bool" not in ann):
             out.append(name)
     return tuple(out)
@@ -60,7 +63,10 @@ class CatalogFilter(BaseModel):
 
     segment: str | None = None
     architecture: str | None = None
+    #: nvidia, amd or intel; None: every vendor
+    vendor: str | None = None
     min_memory_gib: float | None = None
+    #: True: ECC can be on (always, or a driver setting); False: no ECC
     ecc: bool | None = None
     rdma: bool | None = None
     nvlink: bool | None = None
@@ -76,9 +82,11 @@ def filter_gpus(gpus: Sequence[Gpu], spec: CatalogFilter) -> list[Gpu]:
             continue
         if spec.architecture is not None and gpu.architecture != spec.architecture.lower():
             continue
+        if spec.vendor is not None and gpu.vendor != spec.vendor.lower():
+            continue
         if spec.min_memory_gib is not None and gpu.memory_gib < spec.min_memory_gib:
             continue
-        if spec.ecc is not None and gpu.ecc != spec.ecc:
+        if spec.ecc is not None and gpu.ecc_capable != spec.ecc:
             continue
         if spec.rdma is not None and gpu.gpudirect_rdma != spec.rdma:
             continue

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_serializer, field_validator, model_validator
 
 from gpusizer import datafiles
 from gpusizer.errors import DataFileError, UsageError
@@ -29,6 +29,19 @@ Architecture = Literal["maxwell", "pascal", "volta", "turing", "ampere", "ada", 
 #: Architectures in launch order, used for "nothing before Volta has Tensor Cores"
 #: and for per-generation calibration.
 ARCH_ORDER: tuple[str, ...] = ("maxwell", "pascal", "volta", "turing", "ampere", "ada", "hopper", "blackwell")
+
+#: Who makes the GPU. The architecture order and the Tensor Core facts below are NVIDIA's.
+Vendor = Literal["nvidia", "amd", "intel"]
+VENDORS: tuple[str, ...] = get_args(Vendor)
+#: ECC memory: ``none``; ``optional``, a driver setting (``nvidia-smi -e``) on GDDR boards, off by
+#: default on GeForce and workstation cards, on by default on data-center ones, and with it on about
+#: 1/16 of the memory holds check bits; ``always``: HBM parts, whose ECC costs no capacity.
+EccMode = Literal["none", "optional", "always"]
+ECC_MODES: tuple[str, ...] = get_args(EccMode)
+#: Where a value comes from: a cited source, a derivation rule (data/derivations.yaml), or
+#: nowhere. ``absent``: the hardware lacks it (a Tensor Core rate before its architecture);
+#: ``unknown``: the GPU may have it but the catalog does not know the figure.
+Provenance = Literal["sourced", "derived", "absent", "unknown"]
 
 PositiveFloat = Annotated[float, Field(gt=0)]
 TFlops = Annotated[float, Field(gt=0, le=100_000)]
@@ -65,6 +78,7 @@ class Gpu(BaseModel):
     aliases: tuple[str, ...] = ()
     family: str | None = Field(default=None, pattern=r"^[a-z0-9][a-z0-9-]*$")
     family_default: bool = False
+    vendor: Vendor = "nvidia"
 
     # family
     segment: Segment
@@ -97,7 +111,7 @@ class Gpu(BaseModel):
     tensor_cores: int | None = Field(default=None, ge=0, le=100_000)
     boost_clock_mhz: int | None = Field(default=None, gt=100, le=5000)
     tdp_w: int | None = Field(default=None, gt=0, le=5000)
-    ecc: bool
+    ecc: EccMode
     nvlink_generation: int | None = Field(default=None, ge=1, le=10)
     nvlink_gb_s: float | None = Field(default=None, gt=0, le=100_000)
     pcie_generation: int | None = Field(default=None, ge=1, le=7)
@@ -108,7 +122,38 @@ class Gpu(BaseModel):
     launch_price_usd: float | None = Field(default=None, gt=0, le=10_000_000)
     launch_price_year: int | None = Field(default=None, ge=2010, le=2035)
     sources: tuple[Source, ...] = Field(min_length=1)
+    #: the values a derivation rule (data/derivations.yaml) gives: field -> rule id, a mapping
+    #: in YAML and JSON (kept as pairs, so an entry stays hashable). A field listed here with a
+    #: value must equal its rule; with null, loading fills it in. Loading also fills every
+    #: other null a rule applies to, and lists it here.
+    derived: tuple[tuple[str, str], ...] = ()
     notes: str | None = None
+
+    @field_validator("ecc", mode="before")
+    @classmethod
+    def _ecc_from_bool(cls, value: Any, info: Any) -> Any:
+        """Catalog files written before ECC had three values say true or false: false is
+        ``none``; true is ``always`` on HBM and ``optional`` (a driver setting) otherwise."""
+        if isinstance(value, bool):
+            memory = str((info.data or {}).get("memory_type") or "")
+            return ("always" if memory.upper().startswith("HBM") else "optional") if value else "none"
+        return value
+
+    @field_validator("derived", mode="before")
+    @classmethod
+    def _derived_fields(cls, value: Any) -> Any:
+        if not isinstance(value, dict):
+            return value
+        for field, rule in value.items():
+            if field not in DERIVABLE_FIELDS:
+                raise ValueError(f"{field}: not a field a rule derives (one of {', '.join(DERIVABLE_FIELDS)})")
+            if not isinstance(rule, str) or not re.fullmatch(r"[a-z0-9][a-z0-9-]*", rule):
+                raise ValueError(f"{field}: {rule!r} is not a rule id")
+        return tuple((str(field), rule) for field, rule in value.items())
+
+    @field_serializer("derived")
+    def _derived_map(self, value: tuple[tuple[str, str], ...]) -> dict[str, str]:
+        return dict(value)
 
     @model_validator(mode="after")
     def _cross_field_checks(self) -> Gpu:
@@ -129,7 +174,7 @@ class Gpu(BaseModel):
             raise bad("launch_price_year", "given without launch_price_usd")
         if self.launch_price_year is not None and self.launch_price_year < self.launch_year - 1:
             raise bad("launch_price_year", f"{self.launch_price_year} is before launch_year {self.launch_year}")
-        if ARCH_ORDER.index(self.architecture) < ARCH_ORDER.index("volta"):
+        if self.vendor == "nvidia" and ARCH_ORDER.index(self.architecture) < ARCH_ORDER.index("volta"):
             for field in TENSOR_FIELDS:
                 if getattr(self, field) is not None:
                     raise bad(field, f"{self.architecture} has no Tensor Cores; use null")
@@ -147,7 +192,38 @@ class Gpu(BaseModel):
 
     @property
     def has_tensor_cores(self) -> bool:
-        return any(getattr(self, f) is not None for f in TENSOR_FIELDS)
+        """Tensor Core hardware: a count above 0, a rate, or an NVIDIA architecture from Volta on.
+        An unknown rate is never read as "no Tensor Cores"."""
+        if self.tensor_cores is not None:
+            return self.tensor_cores > 0
+        if any(getattr(self, f) is not None for f in TENSOR_FIELDS):
+            return True
+        return self.vendor == "nvidia" and ARCH_ORDER.index(self.architecture) >= ARCH_ORDER.index("volta")
+
+    @property
+    def derived_by(self) -> dict[str, str]:
+        """The derived fields, each with the id of the rule that gives it."""
+        return dict(self.derived)
+
+    @property
+    def ecc_capable(self) -> bool:
+        """ECC can be on: always, or as a driver setting (``optional``)."""
+        return self.ecc != "none"
+
+    def provenance(self, field: str) -> Provenance:
+        """Where ``field``'s value comes from; for a null, whether the hardware lacks it
+        (a Tensor Core rate on an architecture without that precision, or no Tensor Cores
+        at all) or the catalog does not know it."""
+        if getattr(self, field) is not None:
+            return "derived" if field in self.derived_by else "sourced"
+        since = TENSOR_SINCE.get(field)
+        if since is None:
+            return "unknown"
+        if not self.has_tensor_cores:
+            return "absent"
+        if self.vendor == "nvidia" and ARCH_ORDER.index(self.architecture) < ARCH_ORDER.index(since):
+            return "absent"
+        return "unknown"
 
     @property
     def nvlink(self) -> bool:
@@ -163,6 +239,20 @@ TENSOR_FIELDS: tuple[str, ...] = (
     "tensor_fp4_tflops",
     "tensor_int8_tops",
 )
+#: The first NVIDIA architecture whose Tensor Cores run each rate (the Volta, Turing, A100,
+#: Ada and Blackwell whitepapers): FP16 from Volta, INT8 from Turing, TF32 and BF16 from
+#: Ampere, FP8 from Ada (and Hopper), FP4 from Blackwell.
+TENSOR_SINCE: dict[str, str] = {
+    "tensor_fp16_tflops": "volta",
+    "tensor_fp16_fp16acc_tflops": "volta",
+    "tensor_int8_tops": "turing",
+    "tensor_tf32_tflops": "ampere",
+    "tensor_bf16_tflops": "ampere",
+    "tensor_fp8_tflops": "ada",
+    "tensor_fp4_tflops": "blackwell",
+}
+#: The throughput fields a derivation rule may fill.
+DERIVABLE_FIELDS: tuple[str, ...] = ("fp64_tflops", "fp32_tflops", "fp16_tflops", *TENSOR_FIELDS)
 
 class Catalog(BaseModel):
     """A validated, merged catalog. ``gpus`` keeps file order."""
@@ -180,6 +270,10 @@ class Catalog(BaseModel):
 
     def resolve(self, name: str) -> Resolution:
         return resolve_name(self.gpus, name)
+
+    def resolve_device(self, name: str, memory_bytes: int | None = None) -> Resolution:
+        """An NVML name, told apart from memory variants by the memory NVML reports."""
+        return resolve_device(self.gpus, name, memory_bytes)
 
     def resolve_many(self, names: Iterable[str]) -> tuple[Resolution, ...]:
         return tuple(self.resolve(n) for n in names)
@@ -306,6 +400,216 @@ def resolve_name(gpus: Sequence[Gpu], name: str) -> Resolution:
 
 
 # --------------------------------------------------------------------------
+# memory variants
+
+
+def resolve_device(gpus: Sequence[Gpu], name: str, memory_bytes: int | None = None) -> Resolution:
+    """Resolve a device's NVML name, told apart from its memory variants by the memory it reports.
+
+    Memory variants of one product (the 12 and 24 GB Tesla M40, the 8 and 16 GB RTX 4060 Ti)
+    can share an NVML name; the catalog lists it as an alias of the family default. When
+    ``memory_bytes`` (what NVML reports: a little under the datasheet figure) does not fit the
+    entry the name resolves to, the family member whose memory fits is taken, with a note.
+    """
+    res = resolve_name(gpus, name)
+    if memory_bytes is None or memory_bytes <= 0 or _memory_fits(res.gpu, memory_bytes) or not res.gpu.family:
+        return res
+    shape = _shape(res.gpu)
+    variants = [g for g in gpus if g.family == res.gpu.family and g.id != res.gpu.id and _shape(g) == shape
+                and _memory_fits(g, memory_bytes)]
+    if not variants:
+        return res
+    chosen = min(variants, key=lambda g: abs(g.memory_bytes - memory_bytes))
+    note = (f"{name!r} is the NVML name of several memory variants; {memory_bytes / GIB:.1f} GiB reported, "
+            f"so {chosen.id} ({chosen.memory_gib:g} GiB), not {res.gpu.id} ({res.gpu.memory_gib:g} GiB)")
+    return Resolution(query=name, gpu=chosen, matched_by=res.matched_by, note=note)
+
+
+def _shape(gpu: Gpu) -> frozenset[str]:
+    """The words of a name but its numbers: memory variants share it ("Tesla M40 12 GB" and
+    "Tesla M40 24 GB"), form factors do not ("V100 SXM2 16 GB" and "V100 PCIe 32 GB")."""
+    return frozenset(t for t in name_tokens(gpu.name) if not t.isdigit())
+
+
+def _memory_fits(gpu: Gpu, memory_bytes: int) -> bool:
+    """NVML's total is a little under the datasheet figure (ECC, driver reservations)."""
+    return 0.90 <= memory_bytes / gpu.memory_bytes <= 1.02
+
+
+# --------------------------------------------------------------------------
+# derivation rules (data/derivations.yaml)
+
+
+class RuleScope(BaseModel):
+    """Which entries a rule applies to; an empty list matches every value."""
+
+    model_config = _CONFIG
+
+    vendors: tuple[Vendor, ...] = ("nvidia",)
+    architectures: tuple[Architecture, ...] = ()
+    compute_capabilities: tuple[str, ...] = ()
+    segments: tuple[Segment, ...] = ()
+
+
+#: The counts a per-clock rule multiplies.
+UnitField = Literal["cuda_cores", "fp64_cores", "tensor_cores"]
+DerivableField = Literal[
+    "fp64_tflops", "fp32_tflops", "fp16_tflops", "tensor_tf32_tflops", "tensor_fp16_tflops",
+    "tensor_fp16_fp16acc_tflops", "tensor_bf16_tflops", "tensor_fp8_tflops", "tensor_fp4_tflops", "tensor_int8_tops",
+]
+
+
+class DerivationRule(BaseModel):
+    """One way to compute a throughput field from others.
+
+    ``ratio_of``: ``field = factor x ratio_of``. ``per_clock_of``: ``field = factor x
+    per_clock_of x boost_clock_mhz / 10^6`` in TFLOPS, ``factor`` being FLOPs (or ops)
+    per unit per clock. A rule only fills a null; a sourced value is checked against it
+    by the consistency tests, within ``tolerance``.
+    """
+
+    model_config = _CONFIG
+
+    id: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$", max_length=64)
+    field: DerivableField
+    ratio_of: DerivableField | None = None
+    per_clock_of: UnitField | None = None
+    factor: float = Field(gt=0, le=100_000)
+    when: RuleScope = RuleScope()
+    #: entries the rule does not apply to, each with the reason
+    exceptions: dict[str, str] = Field(default_factory=dict)
+    #: how far (relative) a sourced value may be from the rule: datasheets round
+    tolerance: float = Field(default=0.02, gt=0, le=0.2)
+    why: str = Field(min_length=10)
+    sources: tuple[Source, ...] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _one_input(self) -> DerivationRule:
+        if (self.ratio_of is None) == (self.per_clock_of is None):
+            raise ValueError("give exactly one of ratio_of and per_clock_of")
+        if self.ratio_of == self.field:
+            raise ValueError("ratio_of: a rule cannot derive a field from itself")
+        return self
+
+    @property
+    def formula(self) -> str:
+        if self.per_clock_of is not None:
+            return f"{self.field} = {self.factor:g} x {self.per_clock_of} x boost_clock_mhz / 1e6"
+        return f"{self.field} = {self.factor:g} x {self.ratio_of}"
+
+    def applies(self, gpu: Gpu) -> bool:
+        """The entry is in scope and not an exception (whether or not the inputs are known)."""
+        scope = self.when
+        return (gpu.id not in self.exceptions and gpu.vendor in scope.vendors
+                and (not scope.architectures or gpu.architecture in scope.architectures)
+                and (not scope.compute_capabilities or gpu.compute_capability in scope.compute_capabilities)
+                and (not scope.segments or gpu.segment in scope.segments))
+
+    def compute(self, values: dict[str, Any]) -> float | None:
+        """The rule's value from ``values`` (field -> value); None when an input is unknown."""
+        if self.ratio_of is not None:
+            base = values.get(self.ratio_of)
+            return None if base is None else float(f"{self.factor * base:.4g}")
+        units, clock = values.get(self.per_clock_of or ""), values.get("boost_clock_mhz")
+        if not units or not clock:
+            return None
+        return float(f"{self.factor * units * clock / 1e6:.4g}")
+
+
+class Derivations(BaseModel):
+    """data/derivations.yaml: the rules, in the order they are tried."""
+
+    model_config = _CONFIG
+
+    schema_version: Literal[1] = 1
+    rules: tuple[DerivationRule, ...] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _unique(self) -> Derivations:
+        ids = [r.id for r in self.rules]
+        twice = sorted({i for i in ids if ids.count(i) > 1})
+        if twice:
+            raise ValueError(f"rules: duplicate id {', '.join(twice)}")
+        return self
+
+    def by_id(self, rule_id: str) -> DerivationRule | None:
+        return next((r for r in self.rules if r.id == rule_id), None)
+
+
+@functools.cache
+def load_derivations(cache_dir: Path | None = None) -> Derivations:
+    """The bundled derivation rules, validated."""
+    path = datafiles.bundled_path("derivations.yaml")
+    doc = datafiles.load_yaml(path, cache_dir)
+    try:
+        return Derivations.model_validate(doc)
+    except ValidationError as exc:
+        raise DataFileError(datafiles.describe_validation_error(exc, str(path))) from None
+
+
+def _inputs(gpu: Gpu) -> dict[str, Any]:
+    return {f: getattr(gpu, f) for f in (*DERIVABLE_FIELDS, *get_args(UnitField), "boost_clock_mhz")}
+
+
+def _declared(gpu: Gpu, rules: Derivations, values: dict[str, Any]) -> None:
+    """Check (or fill) the values an entry declares derived, each by its rule."""
+    for field, rule_id in gpu.derived:
+        rule = rules.by_id(rule_id)
+        where = f"entry {gpu.id!r}: derived: {field}"
+        if rule is None:
+            raise DataFileError(f"{where}: no rule {rule_id!r} in derivations.yaml")
+        if rule.field != field or not rule.applies(gpu):
+            raise DataFileError(f"{where}: rule {rule_id!r} does not derive {field} for this GPU")
+        value = rule.compute(values)
+        if value is None:
+            raise DataFileError(f"{where}: rule {rule_id!r} needs {rule.ratio_of or rule.per_clock_of} "
+                                "and the boost clock, which are unknown")
+        given = values[field]
+        if given is not None and abs(given / value - 1) > rule.tolerance:
+            raise DataFileError(f"{where}: {given:g} is not what {rule_id!r} gives ({rule.formula} = {value:g})")
+        values[field] = value if given is None else given
+
+
+def derive(gpu: Gpu, rules: Derivations) -> Gpu:
+    """``gpu`` with every null its rules can compute filled in and listed in ``derived``.
+
+    Rules are tried in file order until nothing changes, so one derived value can feed the
+    next (FP16-accumulate rate -> INT8). A value is never overwritten: sourced figures win.
+    """
+    values = _inputs(gpu)
+    _declared(gpu, rules, values)
+    derived = gpu.derived_by
+    changed = True
+    while changed:
+        changed = False
+        for rule in rules.rules:
+            if values[rule.field] is None and rule.applies(gpu):
+                value = rule.compute(values)
+                if value is not None:
+                    values[rule.field], derived[rule.field] = value, rule.id
+                    changed = True
+    update = {f: values[f] for f in DERIVABLE_FIELDS if values[f] != getattr(gpu, f)}
+    if not update and derived == gpu.derived_by:
+        return gpu
+    return gpu.model_copy(update={**update, "derived": tuple(derived.items())})
+
+
+#: derive_catalog's results, by the identity of the catalog they came from (kept alive with it)
+_DERIVED: dict[int, tuple[Catalog, Catalog]] = {}
+
+
+def derive_catalog(catalog: Catalog, cache_dir: Path | None = None) -> Catalog:
+    """The catalog with the derivation rules applied to every entry (see :func:`derive`)."""
+    hit = _DERIVED.get(id(catalog))
+    if hit is not None and hit[0] is catalog:
+        return hit[1]
+    rules = load_derivations(cache_dir)
+    result = Catalog.model_construct(gpus=tuple(derive(g, rules) for g in catalog.gpus), files=catalog.files)
+    _DERIVED[id(catalog)] = (catalog, result)
+    return result
+
+
+# --------------------------------------------------------------------------
 # loading
 
 
@@ -314,14 +618,19 @@ def bundled_catalog_path() -> Path:
 
 
 def _entries_from_document(doc: Any, origin: str) -> list[dict[str, Any]]:
-    """Accept either a list of entries or a mapping with a ``gpus`` list."""
+    """Accept either a list of entries or a mapping with a ``gpus`` list (and
+    ``schema_version: 1``)."""
     if isinstance(doc, dict):
         unknown = set(doc) - {"gpus", "schema_version"}
         if unknown:
             raise DataFileError(
-                f"{origin}: unknown top-level key(s) {', '.join(sorted(map(str, unknown)))}",
+                f"{origin}: unknown top-level key(s) {', '.join(sorted(datafiles.quote(str(k)) for k in unknown))}",
                 hint="a catalog file holds 'gpus:' followed by a list of entries",
             )
+        version = doc.get("schema_version", 1)
+        if type(version) is not int or version != 1:
+            raise DataFileError(f"{origin}: schema_version: {datafiles.quote(version)} is not supported "
+                                "(this gpusizer reads 1)")
         doc = doc.get("gpus")
     if not isinstance(doc, list):
         raise DataFileError(f"{origin}: expected a list of GPU entries under 'gpus:'", hint="see examples/my-gpus.yaml")
@@ -333,11 +642,72 @@ def _entries_from_document(doc: Any, origin: str) -> list[dict[str, Any]]:
     return doc
 
 
+def _strict_input(value: Any) -> Any:
+    """YAML and JSON lists as tuples, so strict validation takes them for the tuple fields."""
+    if isinstance(value, list):
+        return tuple(_strict_input(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _strict_input(v) for k, v in value.items()}
+    return value
+
+
 def _validate_entry(raw: dict[str, Any], origin: str) -> Gpu:
+    """One entry, validated strictly: ``memory_gib: "24"`` or ``ecc: 1`` is a wrong
+    type, not a number or a boolean; then the plausibility checks."""
     try:
-        return Gpu.model_validate(raw)
+        gpu = Gpu.model_validate(_strict_input(raw), strict=True)
     except ValidationError as exc:
         raise DataFileError(datafiles.describe_validation_error(exc, origin, raw.get("id"))) from None
+    problem = _implausible(gpu)
+    if problem is not None:
+        raise DataFileError(f"{origin}: entry {datafiles.quote(gpu.id)}: {problem}",
+                            hint="check the figure against the datasheet")
+    return gpu
+
+
+#: Compute-capability majors of each architecture (CUDA C++ Programming Guide, "Compute Capabilities").
+_CC_MAJORS: dict[str, tuple[int, ...]] = {
+    "maxwell": (5,), "pascal": (6,), "volta": (7,), "turing": (7,), "ampere": (8,), "ada": (8,), "hopper": (9,),
+    "blackwell": (10, 11, 12),
+}
+#: The newest NVLink generation of each architecture: 0 = none (Maxwell; Ada dropped it).
+_NVLINK_NEWEST: dict[str, int] = {
+    "maxwell": 0, "pascal": 1, "volta": 2, "turing": 2, "ampere": 3, "ada": 0, "hopper": 4, "blackwell": 5,
+}
+#: Dense Tensor Core throughput stays under this multiple of FP32 (B200 FP4 is 120x; H100 FP8 is 30x).
+_TENSOR_OVER_FP32 = 256
+
+
+def _implausible(gpu: Gpu) -> str | None:
+    """The first figure that cannot be right for the entry's architecture, as
+    ``field: why``; None when all are plausible. Runs on every entry after
+    merging, so an override is checked against the fields it does not change."""
+    tensor = [(f, getattr(gpu, f)) for f in TENSOR_FIELDS if getattr(gpu, f) is not None]
+    if tensor and gpu.tensor_cores == 0:
+        return f"tensor_cores: 0, but {tensor[0][0]} is given"
+    fp32: float | None = gpu.fp32_tflops  # (null where a derivation rule fills it in later)
+    for field, value in tensor:
+        if fp32 is not None and value > fp32 * _TENSOR_OVER_FP32:
+            return f"{field}: {value:g} is more than {_TENSOR_OVER_FP32}x fp32_tflops {fp32:g}"
+    if getattr(gpu, "vendor", "nvidia") != "nvidia" or gpu.architecture not in _CC_MAJORS:
+        return None  # the facts below are NVIDIA's
+    arch = gpu.architecture
+    major = int(gpu.compute_capability.split(".")[0])
+    # cards older than Maxwell (Kepler's 3.x) are filed under the oldest architecture listed
+    if major not in _CC_MAJORS[arch] and not (arch == ARCH_ORDER[0] and major < _CC_MAJORS[arch][0]):
+        return f"compute_capability: {gpu.compute_capability} is not a {arch} compute capability " \
+               f"({' or '.join(f'{m}.x' for m in _CC_MAJORS[arch])})"
+    if gpu.nvlink_generation is not None and gpu.nvlink_generation > _NVLINK_NEWEST[arch]:
+        newest = _NVLINK_NEWEST[arch]
+        return f"nvlink_generation: {gpu.nvlink_generation} is " + (
+            f"newer than {arch}'s NVLink {newest}" if newest else f"given, but {arch} GPUs have no NVLink")
+    if gpu.tensor_cores and ARCH_ORDER.index(arch) < ARCH_ORDER.index("volta"):
+        return f"tensor_cores: {arch} has no Tensor Cores; use null"
+    if gpu.cuda_cores is not None and gpu.boost_clock_mhz is not None:
+        peak = gpu.cuda_cores * gpu.boost_clock_mhz * 2 / 1e6
+        if fp32 is not None and fp32 > peak * 1.1:
+            return f"fp32_tflops: {fp32:g} exceeds cuda_cores x boost clock x 2 FLOPs = {peak:.1f}"
+    return None
 
 
 def merge_entries(
@@ -347,7 +717,9 @@ def merge_entries(
 
     The first document is the base. In later documents, an entry whose id
     exists overrides the given fields of the existing entry; a new id adds an
-    entry. A duplicate id within one file is an error.
+    entry. A duplicate id within one file is an error. Every merged entry is
+    validated whole (types, ranges, cross-field and plausibility checks), and
+    an error names the file that last changed it.
     """
     merged: dict[str, tuple[dict[str, Any], str]] = {}
     for origin, entries in documents:
@@ -355,7 +727,7 @@ def merge_entries(
         for raw in entries:
             gpu_id = raw["id"]
             if gpu_id in seen:
-                raise DataFileError(f"{origin}: entry '{gpu_id}': id: duplicate id in the same file")
+                raise DataFileError(f"{origin}: entry {datafiles.quote(gpu_id)}: id: duplicate id in the same file")
             seen.add(gpu_id)
             if gpu_id in merged:
                 base, _ = merged[gpu_id]
@@ -363,59 +735,72 @@ def merge_entries(
             else:
                 merged[gpu_id] = (dict(raw), origin)
     gpus = tuple(_validate_entry(raw, origin) for raw, origin in merged.values())
-    _check_catalog(gpus)
+    _check_catalog(gpus, {gpu.id: origin for gpu, (_, origin) in zip(gpus, merged.values(), strict=True)})
     return gpus
 
 
-def _check_catalog(gpus: Sequence[Gpu]) -> None:
+def _check_catalog(gpus: Sequence[Gpu], origins: dict[str, str] | None = None) -> None:
+    """Checks across entries: aliases are unique, one default per family.
+    ``origins`` maps an id to the file that last changed it, for the message."""
+    def where(gpu: Gpu) -> str:
+        return f"{(origins or {}).get(gpu.id, 'catalog')}: entry {datafiles.quote(gpu.id)}"
+
     owners: dict[str, str] = {}
     for gpu in gpus:
         for alias in (gpu.id, *gpu.aliases):
             key = normalise(alias)
             other = owners.get(key)
             if other is not None and other != gpu.id:
-                raise DataFileError(f"entry '{gpu.id}': aliases: {alias!r} is also used by '{other}'")
+                raise DataFileError(f"{where(gpu)}: aliases: {datafiles.quote(alias)} is also used by '{other}'")
             owners[key] = gpu.id
     defaults: dict[str, str] = {}
     for gpu in gpus:
         if gpu.family_default:
             if not gpu.family:
-                raise DataFileError(f"entry '{gpu.id}': family_default: set without a family")
+                raise DataFileError(f"{where(gpu)}: family_default: set without a family")
             if gpu.family in defaults:
                 raise DataFileError(
-                    f"entry '{gpu.id}': family_default: family '{gpu.family}' already defaults to '{defaults[gpu.family]}'"
+                    f"{where(gpu)}: family_default: family '{gpu.family}' already defaults to '{defaults[gpu.family]}'"
                 )
             defaults[gpu.family] = gpu.id
 
 
 @functools.cache
 def _load_cached(paths: tuple[str, ...], cache_dir: Path | None) -> Catalog:
-    cached = _validated_cache_path(paths, cache_dir)
+    folder = datafiles.usable_cache_dir(cache_dir)
+    cached = _validated_cache_path(paths, folder)
     if cached is not None:
-        hit = datafiles.read_cache(cached)
-        if isinstance(hit, list):
-            try:
-                return Catalog.model_construct(gpus=tuple(_construct_gpu(d) for d in hit), files=paths)
-            except (KeyError, TypeError, AttributeError):
-                pass  # not a dump this version wrote: validate from the YAML instead
+        gpus = _construct_gpu(datafiles.read_cache(cached, cached.stem.removeprefix("catalog-")), str(cached))
+        if gpus is not None:
+            return Catalog.model_construct(gpus=gpus, files=paths)
+    try:
+        catalog = _read_files(paths, folder)
+    except DataFileError:
+        if folder is None:
+            raise
+        catalog = _read_files(paths, folder, refresh=True)  # a cached parse may be what failed
+    if cached is not None and _validated_cache_path(paths, folder) == cached:
+        # (the files did not change while they were being read and validated)
+        datafiles.write_cache(cached, cached.stem.removeprefix("catalog-"),
+                              [gpu.model_dump(mode="json") for gpu in catalog.gpus])
+    return catalog
+
+
+def _read_files(paths: tuple[str, ...], cache_dir: Path | None, refresh: bool = False) -> Catalog:
     documents = []
     for path in paths:
-        doc = datafiles.load_yaml(Path(path), cache_dir)
+        doc = datafiles.load_yaml(Path(path), cache_dir, refresh=refresh)
         documents.append((path, _entries_from_document(doc, path)))
-    catalog = Catalog(gpus=merge_entries(documents), files=paths)
-    if cached is not None and _validated_cache_path(paths, cache_dir) == cached:
-        # (the files did not change while they were being read and validated)
-        datafiles.write_cache(cached, [gpu.model_dump(mode="json") for gpu in catalog.gpus])
-    return catalog
+    return Catalog(gpus=merge_entries(documents), files=paths)
 
 
 def _validated_cache_path(paths: Sequence[str], cache_dir: Path | None) -> Path | None:
     """Where the validated catalog for exactly these files is cached.
 
     The key covers the bytes of every file in order, this module's own source
-    (so a changed schema or validator never trusts an old dump), and the versions
-    of gpusizer and pydantic. A dump is only written after full validation, so a
-    hit is a catalog that passed validation with the same inputs and rules.
+    (so a changed schema or validator never meets an old dump), and the versions
+    of gpusizer and pydantic. A dump is written only after full validation, and
+    validated again when it is read (:func:`_construct_gpu`).
     """
     if cache_dir is None:
         return None
@@ -423,35 +808,36 @@ def _validated_cache_path(paths: Sequence[str], cache_dir: Path | None) -> Path 
 
     from gpusizer import __version__
 
-    parts = [__version__.encode(), PYDANTIC_VERSION.encode(), datafiles.read_bytes_or_none(Path(__file__)) or b""]
+    parts = [datafiles.CACHE_FORMAT, __version__.encode(), PYDANTIC_VERSION.encode(),
+             datafiles.read_bytes_or_none(Path(__file__)) or b""]
     for path in paths:
         data = datafiles.read_bytes_or_none(Path(path))
         if data is None:
-            return None  # let the normal path report the missing file
+            return None  # let the normal path report the missing or unreadable file
         parts.append(data)
     return cache_dir / f"catalog-{datafiles.content_key(*parts)}.json"
 
 
-def _construct_gpu(dump: dict[str, Any]) -> Gpu:
-    """Rebuild a Gpu from its validated JSON dump without validating it again.
-
-    JSON turns tuples into lists, so tuple fields are turned back; ``sources``
-    holds nested models. Unknown keys mean the dump is not ours.
-    """
-    if set(dump) != set(Gpu.model_fields):
-        raise KeyError("fields differ")
-    values = dict(dump)
-    values["aliases"] = tuple(values["aliases"])
-    values["sources"] = tuple(
-        Source.model_construct(title=s["title"], url=s["url"], fields=tuple(s["fields"])) for s in values["sources"]
-    )
-    return Gpu.model_construct(**values)
+def _construct_gpu(dump: Any, origin: str) -> tuple[Gpu, ...] | None:
+    """The GPUs of a cached dump, validated again exactly as the YAML entries are
+    (strict types, ranges, cross-field, plausibility and catalog-wide checks);
+    None when the dump is anything else, so the files are read instead. A cache
+    file can make a run slower, never change its result."""
+    if not isinstance(dump, list) or not dump or not all(isinstance(d, dict) for d in dump):
+        return None
+    try:
+        gpus = tuple(_validate_entry(d, origin) for d in dump)
+        _check_catalog(gpus)
+    except DataFileError:
+        return None
+    return gpus
 
 
 def load_catalog(extra: Sequence[str | Path] = (), cache_dir: Path | None = None) -> Catalog:
     """Load the bundled catalog, then overlay each user file in order.
 
-    ``cache_dir`` (optional) keeps parsed YAML as JSON; see ``datafiles.load_yaml``.
+    ``cache_dir`` (optional) keeps parsed YAML and the validated catalog as JSON;
+    see ``datafiles`` for what makes a cache file usable.
     """
     paths = (str(bundled_catalog_path()), *(str(Path(p)) for p in extra))
-    return _load_cached(paths, cache_dir)
+    return derive_catalog(_load_cached(paths, cache_dir), cache_dir)

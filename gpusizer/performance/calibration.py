@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
-from typing import Any, Literal, TypeVar, get_args
+from typing import Any, Literal, NamedTuple, TypeVar, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from gpusizer import datafiles
 from gpusizer.errors import DataFileError, UsageError
 from gpusizer.hardware.catalog import ARCH_ORDER, Source
+
+#: How much wider the stated error band is for a GPU class (generation and market segment)
+#: that no calibration measurement covers for the workload: the estimate then uses the
+#: class's "all" constants, fitted on other GPUs. A judgement, not a fit: the held-out error
+#: is measured on unseen GPUs of covered classes, and an uncovered class is further away.
+UNCOVERED_BAND_FACTOR = 2.0
 
 #: transformer-infer is a forward pass over whole sequences: encoders, and the
 #: prefill of decoders; llm-decode generates one token per sequence per step.
@@ -119,6 +125,11 @@ class Efficiency(BaseModel):
     )
     #: reference case ids (tests/data/perf_refs.yaml) the values were fitted on
     fitted_on: tuple[str, ...] = Field(min_length=1)
+    #: the GPU classes, ``generation/segment`` (``hopper-blackwell/datacenter``), of the GPUs
+    #: those rows were measured on. A generation entry applies only to the segments it covers
+    #: (a consumer Blackwell card is not an H100); other GPUs get the class's "all" entry with a
+    #: wider error band. Empty: not recorded, read as covering every class.
+    covers: tuple[str, ...] = ()
 
     @model_validator(mode="after")
     def _graphs_remove_overhead(self) -> Efficiency:
@@ -157,25 +168,68 @@ class Calibration(BaseModel):
                 return name
         return "all"
 
-    def lookup(self, workload: str, architecture: str) -> Efficiency:
+    def lookup(self, workload: str, architecture: str, segment: str | None = None) -> Efficiency:
+        """The constants for ``workload`` on ``architecture``: its generation's entry, else the
+        class's "all" entry. With ``segment``, a generation entry that no measurement of that
+        segment backs is passed over too (see :meth:`select`)."""
+        return self.select(workload, architecture, segment).entry
+
+    def select(self, workload: str, architecture: str, segment: str | None = None) -> Selection:
+        """The constants for ``workload`` on a GPU of ``architecture`` and ``segment``, and whether
+        a measurement covers that class.
+
+        A generation entry applies when it covers the segment (``covers``); otherwise the "all"
+        entry does, the nearest-physics default. When no entry's rows include the GPU's class,
+        the selection is uncovered and says so: its error band is UNCOVERED_BAND_FACTOR wider.
+        """
         gen = self.generation_of(architecture)
-        fallback = None
-        for entry in self.efficiencies:
-            if entry.workload == workload and entry.generation == gen:
-                return entry
-            if entry.workload == workload and entry.generation == "all":
-                fallback = entry
+        specific = next((e for e in self.efficiencies if e.workload == workload and e.generation == gen), None)
+        fallback = next((e for e in self.efficiencies if e.workload == workload and e.generation == "all"), None)
+        key = f"{gen}/{segment}"
+
+        def covered(entry: Efficiency) -> bool:
+            return segment is None or not entry.covers or key in entry.covers
+
+        if specific is not None and covered(specific):
+            return Selection(specific, True, None)
         if fallback is None:
+            if specific is not None:
+                return Selection(specific, False, self._uncovered_note(workload, architecture, segment, specific))
             raise DataFileError(
                 f"calibration.yaml: no efficiency for workload {workload!r} (generation {gen!r} or 'all')",
                 hint="rerun benchmarks/calibrate.py --write",
             )
-        return fallback
+        if covered(fallback):
+            return Selection(fallback, True, None)
+        return Selection(fallback, False, self._uncovered_note(workload, architecture, segment, fallback, specific))
+
+    def _uncovered_note(self, workload: str, architecture: str, segment: str | None, used: Efficiency,
+                        passed_over: Efficiency | None = None) -> str:
+        band = self.error_band * UNCOVERED_BAND_FACTOR
+        which = (f"the {used.generation!r} constants ({used.compute_efficiency:.0%} of peak compute, fitted on "
+                 f"{len(used.fitted_on)} measurements)")
+        over = (f"; the {passed_over.generation} entry ({passed_over.compute_efficiency:.0%} of peak) was measured on "
+                f"{', '.join(c.split('/')[1] for c in passed_over.covers)} GPUs only") if passed_over else ""
+        return (f"no {workload} measurement covers {segment} {architecture.capitalize()} GPUs: using {which}{over}; "
+                f"the error band is widened to {band:.0%}")
+
+    def error_band_for(self, selection: Selection) -> float:
+        """The stated error band of an estimate made with ``selection``."""
+        return self.error_band * (1.0 if selection.covered else UNCOVERED_BAND_FACTOR)
 
     @property
     def constant_count(self) -> int:
         """How many fitted numbers the model carries."""
         return 2 + sum(len(e.fitted) for e in self.efficiencies)  # + overhead and exponent
+
+
+class Selection(NamedTuple):
+    """The calibration entry an estimate uses, and whether measurements cover the GPU's class."""
+
+    entry: Efficiency
+    covered: bool
+    #: why the class is uncovered and what was used instead; None when covered
+    note: str | None
 
 
 _M = TypeVar("_M", bound=BaseModel)

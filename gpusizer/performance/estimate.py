@@ -49,11 +49,12 @@ from gpusizer.performance.calibration import (
     Calibration,
     Efficiency,
     Interconnects,
+    Selection,
     load_calibration,
     load_interconnects,
 )
 from gpusizer.performance.comm import allreduce_time_s, collective_link
-from gpusizer.performance.peak import default_compute_precision, peak_tflops
+from gpusizer.performance.peak import UNKNOWN_RATE_BAND, default_compute_precision, peak_detail, peak_tflops
 from gpusizer.performance.work import GEMV_MAX_BATCH, Work, model_work
 
 #: per-layer overheads are given at this clock and scale with 1 / boost clock
@@ -100,7 +101,8 @@ class PerfEstimate(BaseModel):
     per_gpu_throughput_per_s: float
     scaling_efficiency: float
     speedup_vs_1gpu: float
-    #: relative error expected (median held-out error of the calibration)
+    #: relative error expected: the median held-out error of the calibration, widened where no
+    #: measurement covers the GPU's class or its Tensor Core rate is unknown (the notes say why)
     error_band: float
     notes: tuple[str, ...] = ()
 
@@ -175,6 +177,10 @@ class StepTime(NamedTuple):
     peak_label: str
     notes: tuple[str, ...]
     efficiency: Efficiency
+    #: the calibration entry and whether measurements cover the GPU's class
+    selection: Selection
+    #: the Tensor Core rate that applies is unknown: the peak is a CUDA-core lower bound
+    unknown_rate: bool = False
 
 
 def _step(
@@ -182,7 +188,7 @@ def _step(
     attention_kernels: AttentionKernels = "current",
 ) -> StepTime:
     """The compute, memory and fixed-overhead time of one step on one GPU."""
-    peak, label, notes = peak_tflops(gpu, precision, tf32=tf32)
+    peak, label, notes, unknown_rate = peak_detail(gpu, precision, tf32=tf32)
     if work.gemv and gpu.fp32_tflops < peak:
         # matrix-vector kernels (llama.cpp mul_mat_vec_q / dequantize_mul_mat_vec, the GEMV
         # paths of serving engines) dequantize and multiply on CUDA cores, not Tensor Cores
@@ -195,7 +201,10 @@ def _step(
                 f"batch {GEMV_MAX_BATCH} llama.cpp switches to tensor-core kernels and its throughput about doubles, "
                 "while this estimate jumps by 2-5x depending on the context; engines that use tensor-core GEMMs at "
                 "these batches (TensorRT-LLM, vLLM) can run up to about 2x faster than this estimate"))
-    eff = cal.lookup(work.workload, gpu.architecture)
+    selection = cal.select(work.workload, gpu.architecture, gpu.segment)
+    eff = selection.entry
+    if selection.note:
+        notes = (*notes, selection.note)
     flops_rate = peak * 1e12 * eff.compute_efficiency
     byte_rate = gpu.bandwidth_gb_s * 1e9 * eff.memory_efficiency
     compute_s = work.matmul_flops / flops_rate
@@ -242,7 +251,14 @@ def _step(
     act_mem_s = work.activation_bytes / byte_rate
     opt_mem_s = work.optimizer_bytes / byte_rate / work.grad_accumulation
     step = roofline(compute_s, matmul_mem_s + act_mem_s, cal.roofline_exponent) + opt_mem_s + overhead_s
-    return StepTime(compute_s, matmul_mem_s + act_mem_s + opt_mem_s, overhead_s, step, peak, label, notes, eff)
+    return StepTime(compute_s, matmul_mem_s + act_mem_s + opt_mem_s, overhead_s, step, peak, label, notes, eff,
+                    selection, unknown_rate)
+
+
+def _error_band(cal: Calibration, st: StepTime) -> float:
+    """The calibration's held-out error, widened for an uncovered GPU class or an unknown rate."""
+    band = cal.error_band_for(st.selection)
+    return max(band, UNKNOWN_RATE_BAND) if st.unknown_rate else band
 
 
 class _Layout(BaseModel):
@@ -398,7 +414,7 @@ def estimate_performance(
     return PerfEstimate(
         throughput_per_s=throughput, throughput_unit=work.unit, step_time_s=step, compute_s=st.compute_s,
         memory_s=st.memory_s, comm_s=comm.comm_s, bound=bound, per_gpu_throughput_per_s=throughput / n_total,
-        scaling_efficiency=efficiency, speedup_vs_1gpu=speedup, error_band=cal.error_band,
+        scaling_efficiency=efficiency, speedup_vs_1gpu=speedup, error_band=_error_band(cal, st),
         notes=tuple(dict.fromkeys(notes)), comm_exposed_s=comm.exposed_s, overhead_s=st.overhead_s,
         gpus_total=n_total, samples_per_step=int(round(work.samples_per_step)),
         tokens_per_sample=work.tokens_per_sample, flops_per_step=work.matmul_flops,

@@ -3,14 +3,22 @@
 The precision table (:mod:`gpusizer.domain.precision`) says which Tensor Core
 rate applies and where the math runs without it; this module reads those
 rates off a catalog entry and says which one it used.
+
+Unknown is not absent. Loading the catalog derives what the derivation rules
+can (``data/derivations.yaml``). A GPU whose Tensor Core rate is still unknown
+(it has Tensor Cores, but no source gives the rate and no rule computes it) is
+never said to lack them: :func:`peak_detail` marks the rate unknown, and the
+CUDA-core rate it falls back to is a stated lower bound, not a silent stand-in.
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from gpusizer.domain.precision import Precision, precision_spec
 from gpusizer.domain.run import RunConfig
 from gpusizer.errors import UsageError
-from gpusizer.hardware.catalog import Gpu
+from gpusizer.hardware.catalog import ARCH_ORDER, Gpu
 
 #: Pascal GP10x chips with compute capability 6.1 have DP4A: 4 int8 multiply-adds
 #: per FP32 lane and clock, so INT8 = 4x FP32 (Tesla P40 datasheet: 47 INT8 TOPS
@@ -20,48 +28,89 @@ DP4A_COMPUTE_CAPABILITIES = ("6.1",)
 
 Peak = tuple[float, str, tuple[str, ...]]
 
+#: The error band of an estimate whose Tensor Core rate is unknown: its peak is the CUDA-core
+#: rate, a lower bound, so the true speed can be several times higher.
+UNKNOWN_RATE_BAND = 1.0
+
+
+class PeakDetail(NamedTuple):
+    """The peak a precision's matmuls run at, and how sure it is."""
+
+    tflops: float
+    label: str
+    notes: tuple[str, ...]
+    #: the Tensor Core rate that applies is unknown: ``tflops`` is the CUDA-core rate,
+    #: a lower bound, and the estimate's error band must widen
+    unknown_rate: bool = False
+
 
 def default_compute_precision(cfg: RunConfig) -> str:
     """The performance precision implied by a memory RunConfig."""
     return cfg.precision
 
 
-def _tf32(gpu: Gpu, spec: Precision, tf32: bool) -> Peak | None:
+def _tf32(gpu: Gpu, spec: Precision, tf32: bool) -> PeakDetail | None:
     """fp32 matmuls on TF32 Tensor Cores, when allowed and the GPU has them."""
     if not (tf32 and spec.tf32_field):
         return None
     rate = getattr(gpu, spec.tf32_field)
     if rate is None:
+        if gpu.provenance(spec.tf32_field) == "unknown":
+            return _unknown(gpu, "tf32", spec.tf32_field)
         return None
     note = (f"fp32 on {gpu.architecture.capitalize()} runs as TF32 on Tensor Cores, as cuDNN convolutions, "
             "TensorFlow and NGC containers do by default (plain PyTorch >= 1.12 keeps matmuls in FP32 unless "
             "torch.backends.cuda.matmul.allow_tf32 = True); turn TF32 off to model strict FP32")
-    return rate, "tf32 Tensor Core", (note,)
+    return PeakDetail(rate, "tf32 Tensor Core", (note,))
 
 
-def _without_tensor(gpu: Gpu, spec: Precision, tf32: bool) -> Peak:
-    """The rate where the GPU has no Tensor Core rate for ``spec`` in the catalog."""
-    missing = f"the catalog has no {spec.name.upper()} Tensor Core rate for {gpu.id}"
+def _unknown(gpu: Gpu, name: str, field: str) -> PeakDetail:
+    """A Tensor Core rate the GPU has but the catalog cannot give: the FP32 rate as a lower bound."""
+    note = (f"{gpu.id} has Tensor Cores, but its {name.upper()} Tensor Core rate is unknown (no source gives "
+            f"{field} and no derivation rule applies): this estimate uses the FP32 CUDA-core rate, "
+            f"{gpu.fp32_tflops:g} TFLOPS, as a lower bound, and its error band is widened")
+    return PeakDetail(gpu.fp32_tflops, f"unknown {name} Tensor Core rate (lower bound: fp32 CUDA cores)", (note,),
+                      unknown_rate=True)
+
+
+def _same_rate(gpu: Gpu, spec: Precision, tf32: bool) -> PeakDetail | None:
+    """A precision that runs at another's Tensor Core rate on this architecture (BF16 at FP16's)."""
+    if not (spec.same_rate_as and spec.same_rate_from):
+        return None
+    if ARCH_ORDER.index(gpu.architecture) < ARCH_ORDER.index(spec.same_rate_from):
+        return None
+    other = peak_detail(gpu, spec.same_rate_as, tf32=tf32)
+    if other.unknown_rate or precision_spec(spec.same_rate_as).tensor_field is None or "Tensor" not in other.label:
+        return None
+    return PeakDetail(other.tflops, f"{spec.name} Tensor Core (the {spec.same_rate_as} rate)", other.notes)
+
+
+def _without_tensor(gpu: Gpu, spec: Precision, tf32: bool) -> PeakDetail:
+    """The rate where the GPU has no Tensor Cores for ``spec``."""
+    lacks = (f"{gpu.id} ({gpu.architecture.capitalize()}) has no {spec.name.upper()} Tensor Cores"
+             if gpu.has_tensor_cores else f"{gpu.id} has no Tensor Cores")
     if spec.without_tensor == "fp64-units":
         if gpu.fp64_tflops is None:
             raise UsageError(f"{gpu.id} has no FP64 figure in the catalog", hint="pick another precision")
-        return gpu.fp64_tflops, "fp64", ()
+        return PeakDetail(gpu.fp64_tflops, "fp64", ())
     if spec.without_tensor == "fp32-units":
-        notes = () if spec.tensor_field is None else (f"{missing}; computing at the FP32 CUDA-core rate",)
-        return gpu.fp32_tflops, "fp32 (CUDA cores)", notes
+        notes = () if spec.tensor_field is None else (f"{lacks}; computing at the FP32 CUDA-core rate",)
+        return PeakDetail(gpu.fp32_tflops, "fp32 (CUDA cores)", notes)
     if spec.without_tensor == "cuda-16bit":
-        note = f"{missing}; 16-bit math runs on CUDA cores"
+        note = f"{lacks}; 16-bit math runs on CUDA cores"
         # cuDNN/cuBLAS run 16-bit storage with FP32 math where FP16 units are slow
-        fp16 = gpu.fp16_tflops or 0.0
-        if fp16 > gpu.fp32_tflops:
-            return fp16, "fp16 (CUDA cores)", (note,)
-        return gpu.fp32_tflops, "fp32 (CUDA cores; 16-bit storage)", (note,)
-    value, label, more = peak_tflops(gpu, "fp16", tf32=tf32)
-    return value, label, (f"{missing}; computing at the 16-bit rate", *more)
+        fp16 = gpu.fp16_tflops
+        if fp16 is not None and fp16 > gpu.fp32_tflops:
+            return PeakDetail(fp16, "fp16 (CUDA cores)", (note,))
+        return PeakDetail(gpu.fp32_tflops, "fp32 (CUDA cores; 16-bit storage)", (note,))
+    sixteen = peak_detail(gpu, "fp16", tf32=tf32)
+    return PeakDetail(sixteen.tflops, sixteen.label, (f"{lacks}; computing at the 16-bit rate", *sixteen.notes),
+                      sixteen.unknown_rate)
 
 
-def peak_tflops(gpu: Gpu, precision: str, *, tf32: bool = True) -> Peak:
-    """(peak TFLOPS, which peak, notes) for matmuls at ``precision`` on ``gpu``."""
+def peak_detail(gpu: Gpu, precision: str, *, tf32: bool = True) -> PeakDetail:
+    """The peak TFLOPS for matmuls at ``precision`` on ``gpu``, which peak it is, notes, and
+    whether the Tensor Core rate that applies is unknown (then the peak is a lower bound)."""
     spec = precision_spec(precision)
     got = _tf32(gpu, spec, tf32)
     if got is not None:
@@ -69,7 +118,18 @@ def peak_tflops(gpu: Gpu, precision: str, *, tf32: bool = True) -> Peak:
     if spec.tensor_field is not None:
         rate = getattr(gpu, spec.tensor_field)
         if rate is not None:
-            return rate, spec.tensor_label or spec.tensor_field, ()
+            return PeakDetail(rate, spec.tensor_label or spec.tensor_field, ())
+        same = _same_rate(gpu, spec, tf32)
+        if same is not None:
+            return same
+        if gpu.provenance(spec.tensor_field) == "unknown":
+            return _unknown(gpu, spec.name, spec.tensor_field)
     if spec.dp4a and gpu.compute_capability in DP4A_COMPUTE_CAPABILITIES:
-        return gpu.fp32_tflops * DP4A_SPEEDUP, "int8 DP4A (4x fp32)", ()
+        return PeakDetail(gpu.fp32_tflops * DP4A_SPEEDUP, "int8 DP4A (4x fp32)", ())
     return _without_tensor(gpu, spec, tf32)
+
+
+def peak_tflops(gpu: Gpu, precision: str, *, tf32: bool = True) -> Peak:
+    """(peak TFLOPS, which peak, notes) for matmuls at ``precision`` on ``gpu``; see :func:`peak_detail`."""
+    detail = peak_detail(gpu, precision, tf32=tf32)
+    return detail.tflops, detail.label, detail.notes

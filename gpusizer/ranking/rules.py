@@ -11,6 +11,7 @@ that suggests the close ones. Nothing here runs at import time.
 from __future__ import annotations
 
 import difflib
+import re
 import string
 import types
 import typing
@@ -56,6 +57,7 @@ DERIVED_FIELDS: dict[str, str] = {
     "fp16_ratio": "fp16_tflops / fp32_tflops (non-tensor FP16 rate)",
     "fp16_speedup": "fastest 16-bit rate / FP32 rate: max(fp16_tflops, tensor_fp16_tflops) / fp32_tflops "
     "(1/64 on Pascal GeForce, 2 on P100 and GeForce Tensor Cores, 8 on V100)",
+    "ecc_capable": "true where ECC can be on: ecc always, or optional (a driver setting); false for ecc none",
 }
 #: Values a message may name besides fields: ``{gpu}``, ``{precision}``, ...
 MESSAGE_CONTEXT: tuple[str, ...] = ("gpu", "gpu_id", "value", "precision", "gpus", "nodes", "total_gpus", "workload")
@@ -98,23 +100,39 @@ def _unknown_field(name: str) -> ValueError:
     known = list(field_kinds())
     close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
     hint = f"; did you mean {', '.join(close)}?" if close else "; see docs/rules.md for the field list"
-    return ValueError(f"unknown field {name!r}{hint}")
+    return ValueError(f"unknown field {datafiles.quote(name)}{hint}")
+
+
+#: The format specs a message placeholder may carry: an alignment, a sign, a
+#: width and a precision of at most two digits each, and a presentation type,
+#: e.g. ``{fp64_ratio:.3f}`` or ``{gpus:>4}``. Nothing that allocates at will.
+_SAFE_SPEC = re.compile(r"(?:[^{}]?[<>^=])?[+\- ]?#?0?(?:[1-9][0-9]?)?[,_]?(?:\.[0-9]{1,2})?[bcdeEfFgGnosxX%]?")
+#: Longest message text, in characters.
+MAX_MESSAGE = 500
 
 
 def _check_message(message: str) -> str:
-    """Placeholders must name a field or a context value; format specs must parse."""
+    """Placeholders must name a field or a context value; format specs must be
+    simple (:data:`_SAFE_SPEC`), with a conversion of !r, !s or !a at most."""
+    if len(message) > MAX_MESSAGE:
+        raise ValueError(f"longer than {MAX_MESSAGE} characters")
     allowed = set(field_kinds()) | set(MESSAGE_CONTEXT)
     try:
         parsed = list(string.Formatter().parse(message))
     except ValueError as exc:
         raise ValueError(f"bad placeholder: {exc}") from None
-    for _, name, _, _ in parsed:
+    for _, name, spec, conversion in parsed:
         if name is None:
             continue
         if name not in allowed:
             close = difflib.get_close_matches(name, sorted(allowed), n=3, cutoff=0.6)
             hint = f"; did you mean {', '.join(close)}?" if close else ""
-            raise ValueError(f"unknown placeholder {{{name}}}{hint}")
+            raise ValueError(f"unknown placeholder {{{name[:60]}}}{hint}")
+        if spec and not _SAFE_SPEC.fullmatch(spec):
+            raise ValueError(f"placeholder {{{name}}}: format spec {datafiles.quote(spec)} is not allowed; "
+                             "use a width and precision of at most two digits, e.g. {" + name + ":.2f}")
+        if conversion not in (None, "r", "s", "a"):
+            raise ValueError(f"placeholder {{{name}}}: conversion {datafiles.quote(conversion)} is not allowed")
     return message
 
 
@@ -157,13 +175,13 @@ class Test(BaseModel):
                     raise ValueError(f"value: null only works with == or != (got {self.op!r})")
                 continue
             if kind == "bool" and not isinstance(item, bool):
-                raise ValueError(f"value: {self.field} is true or false, not {item!r}")
+                raise ValueError(f"value: {self.field} is true or false, not {datafiles.quote(item)}")
             if kind == "number" and (isinstance(item, bool) or not isinstance(item, (int, float))):
-                raise ValueError(f"value: {self.field} is a number, not {item!r}")
+                raise ValueError(f"value: {self.field} is a number, not {datafiles.quote(item)}")
             if kind in ("text", "ordered") and not isinstance(item, str):
-                raise ValueError(f"value: {self.field} is text, not {item!r}")
+                raise ValueError(f"value: {self.field} is text, not {datafiles.quote(item)}")
             if kind == "ordered" and item not in ORDERED_VALUES[self.field]:
-                raise ValueError(f"value: {item!r} is not one of {', '.join(ORDERED_VALUES[self.field])}")
+                raise ValueError(f"value: {datafiles.quote(item)} is not one of {', '.join(ORDERED_VALUES[self.field])}")
         if self.op in (">", ">=", "<", "<=") and kind in ("bool", "text"):
             raise ValueError(f"op: {self.op!r} does not apply to {kind} field {self.field}")
         return self
@@ -334,6 +352,8 @@ class RuleSet(BaseModel):
     workloads: dict[str, Workload]
     requirements: dict[str, Requirement]
     files: tuple[str, ...] = ()
+    #: the file each workload's ``speed`` comes from, for error messages
+    speed_files: dict[str, str] = {}
 
     def workload(self, name: str) -> Workload:
         from gpusizer.errors import UsageError
@@ -422,8 +442,8 @@ def _check_top(doc: Any, origin: str) -> dict[str, Any]:
         hint = f"did you mean {close[0]}?" if close else "top-level keys are schema_version, requirements, common, workloads"
         raise DataFileError(f"{origin}: unknown top-level key(s) {names}", hint=hint)
     version = doc.get("schema_version", 1)
-    if version != 1:
-        raise DataFileError(f"{origin}: schema_version: {version!r} is not supported (this gpusizer reads 1)")
+    if type(version) is not int or version != 1:
+        raise DataFileError(f"{origin}: schema_version: {datafiles.quote(version)} is not supported (this gpusizer reads 1)")
     return doc
 
 
@@ -474,9 +494,19 @@ def merge_documents(documents: Sequence[tuple[str, Any]]) -> tuple[dict[str, Any
     return {"requirements": requirements, "common": common, "workloads": workloads}, origins
 
 
+def _strict_input(value: Any) -> Any:
+    """YAML lists as tuples, so strict validation takes them for the tuple fields."""
+    if isinstance(value, list):
+        return tuple(_strict_input(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _strict_input(v) for k, v in value.items()}
+    return value
+
+
 def _validate(model: type[BaseModel], raw: Mapping[str, Any], origin: str, where: str) -> Any:
+    """Strict: ``weight: "5"`` is a wrong type, not a number."""
     try:
-        return model.model_validate(raw)
+        return model.model_validate(_strict_input(raw), strict=True)
     except ValidationError as exc:
         lines = datafiles.describe_validation_error(exc, origin).splitlines()
         # "origin: (entry): loc: msg" -> "origin: where: loc: msg"
@@ -491,6 +521,7 @@ def build_ruleset(merged: Mapping[str, Any], origins: _Origin, files: Sequence[s
         for name, raw in merged["requirements"].items()
     }
     workloads: dict[str, Workload] = {}
+    speed_files: dict[str, str] = {}
     rule_models: dict[str, type[_Rule]] = {"criteria": Criterion, "constraints": Constraint, "advisories": Advisory}
     common_rules: dict[str, list[Any]] = {}
     for kind, model in rule_models.items():
@@ -520,10 +551,11 @@ def build_ruleset(merged: Mapping[str, Any], origins: _Origin, files: Sequence[s
             mine = {r.id for r in own[kind]}
             fields[kind] = tuple(r for r in common_rules[kind] if r.id not in mine) + tuple(own[kind])
         scalars = {k: raw[k] for k in ("description", "mode", "precision", "speed")}
+        speed_files[name] = origins.of.get(("workloads", name, "speed"), wl_origin)
         scalar_origin = next((origins.of[("workloads", name, k)] for k in scalars if ("workloads", name, k) in origins.of),
                              wl_origin)
         try:
-            workloads[name] = Workload.model_validate({"name": name, **scalars, **fields})
+            workloads[name] = Workload.model_validate(_strict_input({"name": name, **scalars}) | fields, strict=True)
         except ValidationError as exc:
             lines = datafiles.describe_validation_error(exc, scalar_origin).splitlines()
             raise DataFileError(
@@ -532,7 +564,7 @@ def build_ruleset(merged: Mapping[str, Any], origins: _Origin, files: Sequence[s
             ) from None
     if not workloads:
         raise DataFileError("rules: no workloads defined", hint="the bundled data/rules.yaml defines them")
-    return RuleSet(workloads=workloads, requirements=requirements, files=tuple(files))
+    return RuleSet(workloads=workloads, requirements=requirements, files=tuple(files), speed_files=speed_files)
 
 
 def bundled_rules_path() -> Path:
@@ -542,7 +574,16 @@ def bundled_rules_path() -> Path:
 def load_rules(extra: Sequence[str | Path] = (), cache_dir: Path | None = None) -> RuleSet:
     """Load the bundled rules and merge each user file over them, in order."""
     paths = (str(bundled_rules_path()), *(str(Path(p)) for p in extra))
-    documents = [(p, datafiles.load_yaml(Path(p), cache_dir)) for p in paths]
+    try:
+        return _read_files(paths, cache_dir)
+    except DataFileError:
+        if cache_dir is None:
+            raise
+        return _read_files(paths, cache_dir, refresh=True)  # a cached parse may be what failed
+
+
+def _read_files(paths: tuple[str, ...], cache_dir: Path | None, refresh: bool = False) -> RuleSet:
+    documents = [(p, datafiles.load_yaml(Path(p), cache_dir, refresh=refresh)) for p in paths]
     merged, origins = merge_documents(documents)
     return build_ruleset(merged, origins, paths)
 

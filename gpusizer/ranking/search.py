@@ -32,7 +32,7 @@ from gpusizer.domain.precision import (
 from gpusizer.domain.run import RunConfig, make_run_config
 from gpusizer.domain.shape import ModelShape
 from gpusizer.errors import UsageError
-from gpusizer.hardware.catalog import ARCH_ORDER, SEGMENTS, Gpu
+from gpusizer.hardware.catalog import ARCH_ORDER, SEGMENTS, TENSOR_FIELDS, Gpu
 from gpusizer.memory.estimate import fewest_gpus, largest_batch
 from gpusizer.memory.fit import Capacity, GpuFit, fit_model
 from gpusizer.ranking.rules import (
@@ -305,14 +305,37 @@ def tensor_tflops(gpu: Gpu, precision: str) -> float | None:
 
 def precision_tflops(gpu: Gpu, precision: str) -> float | None:
     """Peak matmul throughput at ``precision``, as the performance model sees it
-    (``performance.peak_tflops``: Tensor Cores, else CUDA cores). ``fp32`` is
-    strict FP32 here; ``tf32`` is the TF32 path."""
-    from gpusizer.performance.peak import peak_tflops
+    (``performance.peak_detail``: Tensor Cores, else CUDA cores). ``fp32`` is
+    strict FP32 here; ``tf32`` is the TF32 path. None when unknown: no FP64 figure,
+    or a Tensor Core rate the GPU has but the catalog cannot give (never the
+    CUDA-core lower bound the performance model falls back to)."""
+    from gpusizer.performance.peak import peak_detail
 
     try:
-        return peak_tflops(gpu, precision, tf32=_tf32_in_rules(precision))[0]
+        detail = peak_detail(gpu, precision, tf32=_tf32_in_rules(precision))
     except UsageError:
         return None  # e.g. no FP64 figure in the catalog
+    return None if detail.unknown_rate else detail.tflops
+
+
+def value_unknown(gpu: Gpu, field: str, precision: str) -> bool:
+    """A null ``field`` that means "the catalog does not know", not "the GPU lacks it":
+    a Tensor Core rate of a GPU with Tensor Cores for that precision, and the rates and
+    ratios built on one. Such a value is left out of a score, never scored as 0."""
+    if field in TENSOR_FIELDS:
+        return gpu.provenance(field) == "unknown"
+    if field == "tensor_tflops":
+        name = precision_spec(precision).tensor_field
+        return name is not None and tensor_tflops(gpu, precision) is None and gpu.provenance(name) == "unknown"
+    if field in ("precision_tflops", "precision_tflops_per_w"):
+        from gpusizer.performance.peak import peak_detail
+
+        try:
+            unknown = peak_detail(gpu, precision, tf32=_tf32_in_rules(precision)).unknown_rate
+        except UsageError:
+            return False  # no FP64 figure: the rule's `missing` decides
+        return unknown or (field == "precision_tflops_per_w" and gpu.tdp_w is None)
+    return False
 
 
 def field_value(gpu: Gpu, field: str, precision: str) -> Any:
@@ -333,13 +356,18 @@ def field_value(gpu: Gpu, field: str, precision: str) -> Any:
         return max(rates) / gpu.fp32_tflops if rates else None
     if field == "fp16_ratio":
         return gpu.fp16_tflops / gpu.fp32_tflops if gpu.fp16_tflops is not None else None
+    if field == "ecc_capable":
+        return gpu.ecc_capable
     raise KeyError(field)  # pragma: no cover - DERIVED_FIELDS and this function move together
 
 
 def evaluate(test: Test, gpu: Gpu, precision: str) -> bool | None:
-    """True, False, or None when the field is unknown (null)."""
+    """True, False, or None when the field is unknown (null). A ``== null`` test asks
+    whether the GPU lacks something, so an unknown value (:func:`value_unknown`) gives None."""
     value = field_value(gpu, test.field, precision)
     if test.value is None:
+        if value is None and value_unknown(gpu, test.field, precision):
+            return None
         return (value is None) == (test.op == "==")
     if value is None:
         return None
@@ -590,7 +618,8 @@ def _best_values(run: _Run, pool: Sequence[Gpu]) -> dict[str, float | None]:
 def _contributions(run: _Run, gpu: Gpu, best: Mapping[str, float | None]) -> tuple[Contribution, ...]:
     """Every criterion's share of ``gpu``'s 0..100 score."""
     values = {c.id: field_value(gpu, c.field, run.precision) for c in run.criteria}
-    counted = {c.id: not (values[c.id] is None and c.missing == "skip") for c in run.criteria}
+    counted = {c.id: not (values[c.id] is None and (c.missing == "skip" or value_unknown(gpu, c.field, run.precision)))
+               for c in run.criteria}
     total_weight = sum(c.weight for c in run.criteria if counted[c.id])
     out = []
     for c in run.criteria:
@@ -696,15 +725,31 @@ def _limit_flags(run: _Run, gpu: Gpu, price_total: float | None, power_total: in
     return flags
 
 
+#: What --require ecc adds for a GPU whose ECC is a driver setting (when the workload's own
+#: ecc-optional advisory has not said it already).
+ECC_OPTIONAL_NOTE = ("ECC on {gpu} is a driver setting: it qualifies, but must be turned on (nvidia-smi -e 1, then "
+                     "reboot; data-center boards ship with it on), and it then keeps about 1/16 of the memory for "
+                     "check bits and costs some bandwidth")
+
+
 def _fired_advisories(run: _Run, gpu: Gpu, ctx: Mapping[str, Any]) -> tuple[Flag, ...]:
-    """The per-GPU advisories whose ``warn_if`` holds for ``gpu``."""
+    """The per-GPU advisories whose ``warn_if`` holds for ``gpu``; then a note for each
+    criterion whose value is unknown (left out of the score), and for ECC that is only a
+    driver setting when ECC is required."""
     fired = []
     for adv in run.advisories:
         if adv.warn_if is not None and evaluate(adv.warn_if, gpu, run.precision):
             value = field_value(gpu, adv.warn_if.field, run.precision)
             fired.append(Flag(rule=adv.id, kind="advisory", source=adv.source,
                               message=format_message(adv.message, gpu, run.precision, {**ctx, "value": value})))
-    return tuple(fired)
+    for c in run.criteria:
+        if field_value(gpu, c.field, run.precision) is None and value_unknown(gpu, c.field, run.precision):
+            fired.append(Flag(rule=f"unknown-{c.field}", kind="advisory", message=(
+                f"{c.field} at {run.precision} is unknown for {gpu.id}: it has Tensor Cores, but no source gives "
+                f"the rate and no derivation rule computes it, so criterion {c.id!r} is left out of its score")))
+    if "ecc" in run.requirements and gpu.ecc == "optional" and not any(f.rule == "ecc-optional" for f in fired):
+        fired.append(Flag(rule="ecc-optional", kind="advisory", message=ECC_OPTIONAL_NOTE.format(gpu=gpu.name)))
+    return tuple(dict((f.rule, f) for f in fired).values())
 
 
 # --- speed, value and rank ------------------------------------------------

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from gpusizer.render.common import NA, fmt, fmt_ratio, show_value
@@ -35,36 +35,95 @@ LIST_COLUMNS: tuple[tuple[str, str], ...] = (
 )
 
 
-def catalog_table(gpus: Iterable[Gpu], title: str | None = None) -> Table:
+#: How a derived value is marked in a listing with provenance.
+DERIVED_MARK = "*"
+#: How a null Tensor Core rate reads in a listing with provenance: the hardware lacks it, or
+#: the catalog does not know it.
+UNKNOWN_MARK = "?"
+
+
+def _cell(gpu: Gpu, field: str, provenance: bool) -> str:
+    text = fmt(getattr(gpu, field))
+    if not provenance:
+        return text
+    if field in ("id", "vendor", "architecture", "segment", "ecc"):
+        return text
+    status = gpu.provenance(field)
+    if status == "derived":
+        return text + DERIVED_MARK
+    # only a Tensor Core rate can be told absent from unknown; other nulls read n/a
+    return text + UNKNOWN_MARK if status == "unknown" and field.startswith("tensor_") else text
+
+
+def catalog_table(gpus: Iterable[Gpu], title: str | None = None, *, provenance: bool = False) -> Table:
+    """The catalog list. ``provenance``: mark derived values (``*``) and unknown Tensor Core
+    rates (``?``), add the count of derived values, and say so in a caption."""
     from rich import box
     from rich.table import Table
     from rich.text import Text
 
-    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
-    for field, label in LIST_COLUMNS:
-        numeric = field not in ("id", "architecture", "segment")
+    rows = list(gpus)
+    columns = list(LIST_COLUMNS)
+    if len({g.vendor for g in rows}) > 1:
+        columns.insert(1, ("vendor", "vendor"))
+    caption = None
+    if provenance:
+        caption = (f"{DERIVED_MARK} derived by a rule of data/derivations.yaml ('catalog show' gives the formula); "
+                   f"n/a{UNKNOWN_MARK} a Tensor Core rate the GPU has but no source or rule gives; other values are "
+                   "sourced (cited in 'catalog show'); n/a alone is unknown or absent (for a Tensor Core rate: absent)")
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, caption=caption,
+                  caption_justify="left")
+    for field, label in columns:
+        numeric = field not in ("id", "vendor", "architecture", "segment", "ecc")
         table.add_column(label, justify="right" if numeric else "left", no_wrap=field == "id")
-    for gpu in gpus:
+    if provenance:
+        table.add_column("derived", justify="right")
+    for gpu in rows:
         # Text cells skip markup parsing: about a sixth of the table's render time
-        table.add_row(*(Text(fmt(getattr(gpu, f))) for f, _ in LIST_COLUMNS))
+        cells = [Text(_cell(gpu, f, provenance)) for f, _ in columns]
+        if provenance:
+            cells.append(Text(str(len(gpu.derived))))
+        table.add_row(*cells)
     return table
 
 
-def gpu_detail(gpu: Gpu) -> Table:
+def _detail_value(gpu: Gpu, field: str, formulas: Mapping[str, str]) -> str:
+    """A field's value for ``catalog show``: derived values name their rule and formula; a
+    null Tensor Core rate says whether the hardware lacks it or the catalog does not know it."""
+    value = getattr(gpu, field)
+    status = gpu.provenance(field)
+    rule = gpu.derived_by.get(field)
+    if rule is not None:
+        formula = formulas.get(rule)
+        return f"{fmt(value)}  (derived: {rule}" + (f", {formula})" if formula else ")")
+    if value is None and status == "unknown" and field.startswith("tensor_"):
+        return f"{NA}  (unknown: no source gives it and no rule applies)"
+    if value is None and status == "absent":
+        from gpusizer.hardware.catalog import TENSOR_SINCE
+
+        if not gpu.has_tensor_cores:
+            return f"{NA}  (absent: no Tensor Cores)"
+        return f"{NA}  (absent: Tensor Cores run it from {TENSOR_SINCE[field].capitalize()} on)"
+    return fmt(value) if not isinstance(value, str) else value
+
+
+def gpu_detail(gpu: Gpu, formulas: Mapping[str, str] | None = None) -> Table:
+    """One entry, field by field; ``formulas`` (rule id -> formula) spell out derived values."""
     from rich.table import Table
 
     table = Table(title=f"{gpu.name} ({gpu.id})", title_justify="left", show_header=False)
     table.add_column("field", style="bold")
     table.add_column("value")
     for field in type(gpu).model_fields:
-        if field in ("sources", "name", "id"):
+        if field in ("sources", "name", "id", "derived"):
             continue
-        value = getattr(gpu, field)
         if field == "aliases":
-            value = ", ".join(value) or NA
+            text = ", ".join(gpu.aliases) or NA
         elif field == "memory_gib":
-            value = f"{fmt(value)} GiB ({format_bytes(gpu.memory_bytes, binary=False)})"
-        table.add_row(field, fmt(value) if not isinstance(value, str) else value)
+            text = f"{fmt(gpu.memory_gib)} GiB ({format_bytes(gpu.memory_bytes, binary=False)})"
+        else:
+            text = _detail_value(gpu, field, formulas or {})
+        table.add_row(field, text)
     for i, src in enumerate(gpu.sources, 1):
         covers = f" [{', '.join(src.fields)}]" if src.fields else ""
         table.add_row(f"source {i}", f"{src.title}{covers}" + (f"\n{src.url}" if src.url else ""))
