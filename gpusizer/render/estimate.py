@@ -72,7 +72,7 @@ def summary_table(est: PerfEstimate, gpu: Gpu, inputs: Mapping[str, Any], batch_
                   show_header=False)
     table.add_column("what", style="bold")
     table.add_column("value")
-    band = f" (median held-out error {est.error_band:.0%}{_miss_share()}: docs/accuracy.md)"
+    band = f" (error band {est.error_band:.0%}{_miss_share()}; docs/accuracy.md)"
     table.add_row("throughput", _rate(est.throughput_per_s, est.throughput_unit) + band)
     if n > 1:
         table.add_row("per GPU", _rate(est.per_gpu_throughput_per_s, est.throughput_unit))
