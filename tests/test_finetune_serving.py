@@ -289,3 +289,69 @@ def test_fused_loss_never_holds_the_full_logits():
     tokens, vocab = 8 * 2048, 128_256
     assert full.activations_bytes - fused.activations_bytes == 4 * tokens * vocab - 2 * tokens * 4096
     assert fused.total_bytes < full.total_bytes - 8 * 2**30
+
+
+# --------------------------------------------------------------------------
+# review fixes: one rule each, and edges
+
+
+def test_kv_cache_format_reaches_decode_speed():
+    kw = {"gpu": "h100-sxm5-80gb", "mode": "inference", "batch": 64, "seq_len": 8192}
+    fp16 = gpusizer.estimate("llama-3-8b", **kw).results
+    fp8 = gpusizer.estimate("llama-3-8b", kv_cache="fp8", **kw).results
+    assert fp8.step_time_s is not None and fp16.step_time_s is not None
+    assert fp8.step_time_s < fp16.step_time_s
+
+
+def test_one_tensor_parallel_rule(cli):
+    """40 heads and 8 KV heads: 5 divides the heads but neither divides nor is a multiple
+    of the KV heads, which Megatron-LM and vLLM reject; 4 and 8 are allowed."""
+    m = gpusizer.resolve_model("qwen2.5-14b").transformer
+    assert m is not None and (m.heads, m.n_kv_heads) == (40, 8)
+    assert not m.allows_tp(5) and m.allows_tp(4) and m.allows_tp(8)
+    serve = cli("serve", "--model", "qwen2.5-14b", "--gpu", "h100-sxm5-80gb", "--tp", "5")
+    assert serve.exit_code == ExitCode.USAGE and "--tp:" in serve.stderr
+    est = cli("estimate", "--model", "qwen2.5-14b", "--gpu", "h100-sxm5-80gb", "--inference", "--strategy", "tp",
+              "--gpus", "5", "--batch", "1")
+    assert est.exit_code == ExitCode.USAGE and "Traceback" not in est.stderr
+
+
+def test_latency_search_looks_across_the_matrix_vector_switch():
+    """Decode on CUDA cores up to batch 8, Tensor Cores above: ITL can fall there, so a
+    bisection alone could stop at 7 when 9 also meets the target."""
+    kw = {"gpu": "rtx-4090", "mode": "inference", "seq_len": 1024}
+    itl = {n: gpusizer.estimate("llama-3-8b", batch=n, **kw).results.step_time_s for n in range(1, 11)}
+    target = max(itl[9], itl[10]) * 1e3 + 1e-6
+    found = gpusizer.estimate("llama-3-8b", max_itl_ms=target, **kw).results.serving
+    assert found is not None and found.concurrency >= 9
+
+
+def test_chunked_loss_keeps_fp32_log_softmax_and_chunks_the_gradient():
+    shape = gpusizer.resolve_model("llama-3-8b")
+    cfg = RunConfig(precision="bf16", batch=8, seq_len=2048, checkpointing=True)
+    full = estimate_memory(shape, cfg)
+    chunked = estimate_memory(shape, cfg.model_copy(update={"loss": "chunked"}))
+    tokens, vocab = 8 * 2048, 128_256
+    assert chunked.activations_bytes == full.activations_bytes
+    assert full.transient_bytes - chunked.transient_bytes == pytest.approx(6 * tokens * vocab * 7 / 8, rel=1e-3)
+
+
+def test_moe_adapter_intermediates_count_routed_experts_only():
+    m = gpusizer.resolve_model("mixtral-8x7b").transformer
+    assert m is not None and m.experts == 8 and m.experts_per_token == 2
+    from gpusizer.domain.finetune import adapter_input_elements
+
+    mlp = adapter_input_elements(m, Adapter(rank=8, targets=("up",)))
+    assert mlp == 8 * m.layers * 2
+
+
+def test_weight_offload_needs_sharding(cli):
+    result = cli("fit-model", "--model", "llama-2-7b", "--gpu", "a100-sxm4-80gb", "--gpus", "2", "--offload",
+                 "params")
+    assert result.exit_code == ExitCode.USAGE and "--offload:" in result.stderr
+
+
+def test_adapter_errors_name_the_option(cli):
+    result = cli("fit-model", "--model", "llama-2-7b", "--lora", "8", "--lora-targets", "foo")
+    assert result.exit_code == ExitCode.USAGE
+    assert result.stderr.startswith("Error: --lora-targets:") and "adapter:" not in result.stderr

@@ -10,7 +10,7 @@ The recipe assumed, as peft with ``Trainer(bf16=True)`` runs it:
 
 * the frozen base in 16 bits (LoRA) or in 4-bit NF4 with blockwise absmax
   constants (QLoRA, Dettmers et al. 2023), dequantised on the fly for each matmul;
-* the adapters and their optimizer state in fp32 (:data:`ADAPTER_BYTES`);
+* the adapters and their optimizer state in fp32 (or bf16, :data:`ADAPTER_DTYPE_BYTES`);
 * compute under 16-bit autocast; activations of backprop through the frozen base.
 
 ``targets`` follows peft: ``all-linear`` is every linear layer but the output head
@@ -27,7 +27,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from gpusizer.domain.precision import ADAPTER_DTYPE_BYTES, AdapterDtype
+from gpusizer.domain.precision import ADAPTER_DTYPE_BYTES, AdapterDtype, nf4_bytes_per_weight
 from gpusizer.domain.shape import TransformerShape
 from gpusizer.errors import UsageError
 
@@ -38,15 +38,6 @@ TARGET_SETS: dict[str, tuple[str, ...]] = {
     "attention": ("q", "k", "v", "o"),
     "mlp": ("gate", "up", "down"),
 }
-#: peft keeps adapter weights in fp32 (and their gradients and Adam state with them).
-ADAPTER_BYTES = 4
-#: QLoRA's NF4: 4 bits a weight, one absmax per block of 64 weights. Without double
-#: quantisation the absmax is fp32 (32/64 = 0.5 bits a weight); with it, the absmax
-#: is 8-bit with one fp32 constant per 256 blocks (8/64 + 32/(64 x 256) = 0.127
-#: bits). Dettmers et al. 2023, "QLoRA", section 3, "Double Quantization".
-NF4_BITS = 4.0
-NF4_BLOCK = 64
-NF4_DQ_BLOCK = 256
 
 
 class Adapter(BaseModel):
@@ -97,11 +88,7 @@ class Adapter(BaseModel):
     @property
     def base_bytes_per_weight(self) -> float:
         """Bytes per quantised base weight, its absmax constants included."""
-        if self.double_quant:
-            scale_bits = 8 / NF4_BLOCK + 32 / (NF4_BLOCK * NF4_DQ_BLOCK)
-        else:
-            scale_bits = 32 / NF4_BLOCK
-        return (NF4_BITS + scale_bits) / 8
+        return nf4_bytes_per_weight(double_quant=self.double_quant)
 
 
 def _linears(m: TransformerShape) -> list[tuple[str, int, int, int]]:
@@ -133,20 +120,28 @@ def adapter_params(m: TransformerShape, adapter: Adapter) -> int:
 def adapter_input_elements(m: TransformerShape, adapter: Adapter) -> int:
     """Rank-sized intermediates (x A) the adapters save per token for backward."""
     wanted = adapter.modules
-    return sum(adapter.rank * count for name, _, _, count in _linears(m) if name in wanted)
+    layers = m.layers + m.decoder_layers
+    total = 0
+    for name, _, n_out, count in _linears(m):
+        if name not in wanted:
+            continue
+        if m.experts > 1 and name in ("gate", "up", "down") and n_out != m.experts:
+            count = layers * m.experts_per_token  # a token passes only its routed experts
+        total += adapter.rank * count
+    return total
 
 
 def require_transformer(m: TransformerShape | None, adapter: Adapter) -> TransformerShape:
     """Adapters attach to a transformer's linear layers: its shape must be known."""
     if m is None:
         raise UsageError(
-            f"{adapter.method.upper()} attaches adapters to a transformer's linear layers and needs its shape",
-            hint="describe the model by name or by its Hugging Face config", field="lora")
+            f"{'QLoRA' if adapter.base_quantisation else 'LoRA'} attaches adapters to a transformer's linear layers and needs its shape",
+            hint="describe the model by name or by its Hugging Face config",
+            field="qlora" if adapter.base_quantisation else "lora")
     return m
 
 
 __all__ = [
-    "ADAPTER_BYTES",
     "LINEAR_NAMES",
     "TARGET_SETS",
     "Adapter",

@@ -39,6 +39,24 @@ ALL_PRECISIONS: tuple[str, ...] = get_args(PrecisionName)
 STORAGE_PRECISIONS: tuple[str, ...] = get_args(StoragePrecision)
 
 
+#: QLoRA's and bitsandbytes' NF4: 4 bits a weight, one absmax per block of 64 weights.
+#: Without double quantisation the absmax is fp32 (32/64 = 0.5 bits a weight); with it,
+#: the absmax is 8-bit with one fp32 constant per 256 blocks (8/64 + 32/(64 x 256) = 0.127
+#: bits). Dettmers et al. 2023, "QLoRA", section 3, "Double Quantization".
+NF4_BITS = 4.0
+NF4_BLOCK = 64
+NF4_DQ_BLOCK = 256
+
+
+def nf4_bytes_per_weight(*, double_quant: bool) -> float:
+    """Bytes per NF4 weight, its absmax constants included."""
+    if double_quant:
+        scale_bits = 8 / NF4_BLOCK + 32 / (NF4_BLOCK * NF4_DQ_BLOCK)
+    else:
+        scale_bits = 32 / NF4_BLOCK
+    return (NF4_BITS + scale_bits) / 8
+
+
 class Storage(BaseModel):
     """What a storage precision keeps per element. Bytes are per element."""
 
@@ -162,7 +180,7 @@ _SPECS = (
               tensor_field="tensor_int8_tops", tensor_label="int8 Tensor Core", dp4a=True, without_tensor="fp16-rate"),
     Precision(name="int4", description="4-bit weight-only quantised inference (NF4 block scales)",
               storage_train=None, storage_inference="int4",
-              storage=Storage(weight_bytes=0.5, quantised=True, quant_scale_bytes=4 / 64, activation_bytes=2),
+              storage=Storage(weight_bytes=0.5, quantised=True, quant_scale_bytes=nf4_bytes_per_weight(double_quant=False) - NF4_BITS / 8, activation_bytes=2),
               compute_element_bytes=0.5, kv_element_bytes=2, traffic_activation_bytes=2,
               tensor_field="tensor_fp16_tflops", tensor_label="fp16 Tensor Core (fp32 accumulate)", dp4a=True,
               without_tensor="cuda-16bit", attention_at_16bit=True, rule_precision=False),

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from gpusizer.choices import Logits, LossKind, Mode, Optimizer
 from gpusizer.domain.finetune import Adapter
@@ -110,10 +110,15 @@ class RunConfig(BaseModel):
             return {**data, "precision": default_precision(mode, adapters=data.get("adapter") is not None)}
         return data
 
+    @field_validator("weight_format")
+    @classmethod
+    def _formats_serve(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is not None and info.data.get("mode") == "train":
+            raise ValueError("weight formats are for inference; to fine-tune a 4-bit base, use QLoRA adapters")
+        return value
+
     @model_validator(mode="after")
     def _check(self) -> RunConfig:
-        if self.weight_format is not None and self.mode == "train":
-            raise ValueError("weight formats are for inference; to fine-tune a 4-bit base, use QLoRA adapters")
         try:
             check_mode(self.precision, self.mode)
         except UsageError as exc:
@@ -156,7 +161,7 @@ def make_run_config(**kwargs: object) -> RunConfig:
         err = exc.errors(include_url=False)[0]
         msg = str(err["msg"]).removeprefix("Value error, ")
         field = str(err["loc"][0]) if err["loc"] else None
-        raise UsageError(f"{field}: {msg}" if field else msg, field=field) from None
+        raise UsageError(msg.removeprefix(f"{field}: ") if field else msg, field=field) from None
 
 
 __all__ = ["DEFAULT_FRAGMENTATION", "RunConfig", "make_run_config"]

@@ -55,6 +55,12 @@ class TransformerShape(BaseModel):
     def gated_mlp(self) -> bool:
         return self.mlp in ("swiglu", "geglu")
 
+    def allows_tp(self, tp: int) -> bool:
+        """Tensor parallelism splits attention heads: ``tp`` must divide them, and divide
+        the KV heads or be a multiple of them (the KV heads are then replicated), as
+        Megatron-LM and vLLM require."""
+        return self.heads % tp == 0 and (self.n_kv_heads % tp == 0 or tp % self.n_kv_heads == 0)
+
     @property
     def has_kv_cache(self) -> bool:
         """Generation keeps keys and values: decoders and encoder-decoders."""

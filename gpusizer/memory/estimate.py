@@ -19,7 +19,7 @@ from gpusizer.domain.finetune import (
     adapter_params,
     require_transformer,
 )
-from gpusizer.domain.parallelism import Parallelism, sharded_gpus, sharding
+from gpusizer.domain.parallelism import Parallelism, sharded_gpus, sharding, shards_weights
 from gpusizer.domain.precision import WEIGHT_FORMATS, kv_element_bytes, storage_spec
 from gpusizer.domain.run import DEFAULT_FRAGMENTATION, RunConfig, make_run_config
 from gpusizer.domain.shape import (
@@ -233,9 +233,10 @@ def transformer_activation_bytes(
         saved_logits = p * tokens_out * m.hidden
         logits = (4 + p) * -(-tokens_out // chunks) * m.vocab // tp
     elif cfg.head == "lm" and cfg.loss == "chunked":
-        # torchtune's CEWithChunkedOutputLoss: the head returns 16-bit logits in 8 chunks
-        # (saved whole for backward); each chunk is upcast to fp32 on its own
-        saved_logits = p * tokens_out * m.vocab // tp
+        # torchtune's CEWithChunkedOutputLoss: the head returns 16-bit logits in 8 chunks,
+        # each upcast and passed to cross-entropy on its own, which keeps every chunk's
+        # fp32 log-softmax for backward; only the backward transient is one chunk's
+        saved_logits = 4 * tokens_out * m.vocab // tp
         logits = (4 + p) * -(-tokens_out // CHUNKED_LOSS_CHUNKS) * m.vocab // tp
     elif cfg.head == "lm":
         saved_logits = 4 * tokens_out * m.vocab // tp
@@ -460,10 +461,12 @@ def check_layout(shape: ModelShape, cfg: RunConfig) -> None:
             "tensor parallelism splits attention heads and needs a transformer's shape",
             hint="describe the model by name or by its Hugging Face config, or shard with ZeRO-3/FSDP",
         )
-    if m.heads % tp:
+    if not m.allows_tp(tp):
         raise UsageError(
-            f"tensor parallelism over {tp} GPUs does not divide {shape.name}'s {m.heads} attention heads",
-            hint=f"use a GPU count that divides {m.heads}",
+            f"tensor parallelism over {tp} GPUs does not divide {shape.name}'s {m.heads} attention heads and "
+            f"{m.n_kv_heads} KV heads",
+            hint=f"use a GPU count that divides {m.heads} and divides or is a multiple of {m.n_kv_heads}",
+            field="gpus",
         )
 
 
@@ -513,6 +516,9 @@ def _offload(state: _State, shape: ModelShape, cfg: RunConfig, trained: int) -> 
     GPU keeps 16-bit working weights and gradients. Weight offload streams the weights
     in layer by layer, two layers resident (one in use, one prefetched)."""
     split = cfg.sharding
+    if cfg.offload in ("params", "all") and cfg.gpus > 1 and not shards_weights(cfg.strategy):
+        raise UsageError("offloading the weights streams each GPU's shard: it needs ZeRO-3 or FSDP over several GPUs",
+                         hint="shard with ZeRO-3 or FSDP, or offload the optimizer only", field="offload")
     weights, grads, opt, transient, host = state.weights, state.grads, state.opt, state.transient, 0
     notes = list(state.notes)
     if cfg.offload in ("optimizer", "all") and cfg.training:
@@ -681,7 +687,7 @@ def fewest_gpus(shape: ModelShape, cfg: RunConfig, capacity_bytes: int) -> int |
         if m is None:
             return None
         for n in range(2, m.heads + 1):
-            if m.heads % n == 0 and ok(n):
+            if m.allows_tp(n) and ok(n):
                 return n
         return None
     # per-GPU memory only falls as N grows: double, then bisect

@@ -102,7 +102,7 @@ def serving_capacity(
     # the engine profiles one prefill chunk; its weights and working activations
     chunk = cfg.model_copy(update={"batch": 1, "seq_len": min(max_batched_tokens, max(context, 1))})
     mem = estimate_memory(shape, chunk)
-    sampler = 4 * m.vocab * MAX_NUM_SEQS // tp  # fp32 logits of the sequences sampled together
+    sampler = 4 * m.vocab * MAX_NUM_SEQS  # fp32 logits of the sequences sampled together, on every rank
     activations = mem.activations_bytes + mem.transient_bytes + sampler
     context_bytes = DEFAULT_CONTEXT_BYTES if cfg.context_bytes is None else cfg.context_bytes
     budget = int(gpu_memory_bytes * utilization)
@@ -132,13 +132,8 @@ class ServingPlan(BaseModel):
 
 
 def tp_sizes(m: TransformerShape, limit: int = 64) -> tuple[int, ...]:
-    """Tensor-parallel sizes a model allows: divisors of its attention heads (and,
-    as serving engines require, of its KV heads or multiples of them)."""
-    out = []
-    for n in range(1, min(m.heads, limit) + 1):
-        if m.heads % n == 0 and (m.n_kv_heads % n == 0 or n % m.n_kv_heads == 0):
-            out.append(n)
-    return tuple(out)
+    """Tensor-parallel sizes a model allows (:meth:`TransformerShape.allows_tp`)."""
+    return tuple(n for n in range(1, min(m.heads, limit) + 1) if m.allows_tp(n))
 
 
 def fewest_gpus_to_serve(

@@ -115,10 +115,15 @@ def scaling_counts(gpus_per_node: int, nodes: int) -> tuple[tuple[int, int], ...
 def scaling_curve(
     gpu: Gpu, shape: ModelShape, cfg: RunConfig, counts: Sequence[tuple[int, int]], **kwargs: Any,
 ) -> tuple[ScalingPoint, ...]:
-    """Estimates at several (gpus_per_node, nodes) with the same per-GPU batch."""
+    """Estimates at several (gpus_per_node, nodes) with the same per-GPU batch; a count
+    the run's layout does not allow (tensor parallelism that does not divide the heads,
+    weight offload without sharding) is left out."""
     points = []
     for gpn, nodes in counts:
-        est = estimate_performance(gpu, shape, cfg.model_copy(update={"gpus": gpn}), nodes=nodes, **kwargs)
+        try:
+            est = estimate_performance(gpu, shape, cfg.model_copy(update={"gpus": gpn}), nodes=nodes, **kwargs)
+        except UsageError:
+            continue
         points.append(ScalingPoint(
             gpus_per_node=gpn, nodes=nodes, gpus_total=gpn * nodes, throughput_per_s=est.throughput_per_s,
             speedup_vs_1gpu=est.speedup_vs_1gpu, scaling_efficiency=est.scaling_efficiency, bound=est.bound,

@@ -19,6 +19,7 @@ from gpusizer.domain.shape import ModelShape
 from gpusizer.errors import UsageError
 from gpusizer.hardware.catalog import Gpu
 from gpusizer.performance.estimate import estimate_performance
+from gpusizer.performance.work import GEMV_MAX_BATCH
 
 #: The largest concurrency the latency search tries (vLLM's max_num_seqs is 256 by default;
 #: engines are run with up to a few thousand)
@@ -74,9 +75,14 @@ def concurrency_for_latency(
         return serving_speed(gpu, shape, cfg, context=context, prompt=prompt, concurrency=n, **kwargs)
 
     limit = max(1, min(limit, MAX_SEARCH_CONCURRENCY))
-    if speed(1).itl_s > max_itl_s:
+    # below GEMV_MAX_BATCH decode runs matrix-vector kernels and ITL need not grow with
+    # concurrency (the switch to Tensor Cores can make it fall): scan that range
+    small = [n for n in range(1, min(limit, GEMV_MAX_BATCH + 1) + 1) if speed(n).itl_s <= max_itl_s]
+    if not small:
         return None
-    lo, hi = 1, limit
+    if limit <= GEMV_MAX_BATCH + 1 or small[-1] < GEMV_MAX_BATCH + 1:
+        return speed(small[-1]).model_copy(update={"max_itl_s": max_itl_s})
+    lo, hi = GEMV_MAX_BATCH + 1, limit
     if speed(hi).itl_s <= max_itl_s:
         lo = hi
     while hi - lo > 1:

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict
 
 from gpusizer.domain.precision import (
     Precision,
+    kv_element_bytes,
     precision_spec,
     storage_precision,
     storage_spec,
@@ -230,7 +231,7 @@ def _decode_flow(m: TransformerShape, shape: ModelShape, st: _Step, seq: int) ->
         touched = 1.0 - (1.0 - m.experts_per_token / m.experts) ** b
         expert_share = min(1.0, m.layers * m.experts * mlp_params(m) / shape.params)
         weights *= (1.0 - expert_share) + expert_share * touched
-    kv = kv_cache_bytes(m, b, seq, st.spec.kv_element_bytes, tp)
+    kv = kv_cache_bytes(m, b, seq, kv_element_bytes(st.cfg.kv_cache, st.spec.kv_element_bytes), tp)
     layers = m.layers + m.decoder_layers
     allreduces, ar_bytes = (2 * layers, float(b * m.hidden * 2)) if tp > 1 else (0, 0.0)
     return _Flow(flops=2.0 * mm * b / tp + attn, weights_read=weights + kv, unit="tokens/s", samples=float(b),
@@ -363,9 +364,11 @@ def _offload_traffic(shape: ModelShape, cfg: RunConfig, mem: MemoryBreakdown, tp
     if cfg.offload == "none":
         return 0.0
     train = trainable(shape, cfg)
+    split = cfg.sharding
     traffic = 0.0
     if cfg.offload in ("optimizer", "all") and cfg.training:
-        traffic += 2.0 * train.params / tp * 2  # gradients out, updated weights in, 16 bits each
+        # this GPU's gradients out and its updated weights in, 16 bits each
+        traffic += 2.0 * train.params / split.gradients + 2.0 * train.params / split.optimizer
     if cfg.offload in ("params", "all"):
-        traffic += 2.0 * shape.params / tp * (2 if cfg.training else 1)
+        traffic += 2.0 * shape.params / split.weights * (2 if cfg.training else 1)
     return traffic
