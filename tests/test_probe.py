@@ -416,8 +416,9 @@ def test_match_warnings_memory_variant_mig_and_lost(catalog: Catalog) -> None:
         )
     )
     a, b, c = match_catalog(host, catalog).devices
-    assert a.match is not None and a.match.gpu_id == "a100-sxm4-40gb"
-    assert any("different memory variant" in w for w in a.warnings)
+    # match_device tells memory variants apart by the memory NVML reports (resolve_device)
+    assert a.match is not None and a.match.gpu_id == "a100-sxm4-80gb"
+    assert a.match.note is not None and "memory variants" in a.match.note
     assert any("MIG enabled" in w for w in a.warnings)
     assert b.match is None and b.hint is not None and "nvidia-smi" in b.hint
     assert any("lost" in w for w in b.warnings)
@@ -467,7 +468,7 @@ def test_starter_entry_from_rtx_3090() -> None:
     assert entry["memory_gib"] == 24.0
     assert entry["compute_capability"] == "8.6"
     assert entry["architecture"] == "ampere"
-    assert entry["ecc"] is False  # NVML: ECC not supported
+    assert entry["ecc"] == "none"  # NVML: ECC not supported
     assert entry["fp32_tflops"] is None and entry["sources"] == []
     assert entry["notes"].startswith("fill in from the datasheet")
     assert "2100 MHz" in entry["notes"]
@@ -488,7 +489,7 @@ def test_starter_entry_v100_memory_and_ecc() -> None:
                               compute_capability="7.0", ecc_mode_current=True))  # fmt: skip
     assert entry["id"] == "v100-sxm2-16gb"
     assert entry["memory_gib"] == pytest.approx(15.78)
-    assert entry["ecc"] is True
+    assert entry["ecc"] == "optional"
     assert entry["architecture"] == "volta"
 
 
@@ -498,7 +499,7 @@ def test_starter_prefers_a_healthy_device_over_a_lost_one() -> None:
                ecc_mode_current=True)  # fmt: skip
     assert starter_entry(lost)["ecc"] is None
     (entry,) = yaml.safe_load(starter_catalog_yaml([lost, good]))["gpus"]
-    assert entry["ecc"] is True and entry["compute_capability"] == "8.0"
+    assert entry["ecc"] == "optional" and entry["compute_capability"] == "8.0"
 
 
 def test_starter_catalog_yaml_dedupes_and_warns() -> None:

@@ -294,7 +294,7 @@ def match_device(device: DeviceSnapshot, catalog: Catalog) -> DeviceReport:
             device=device, hint="NVML did not report a name for this GPU; check nvidia-smi", warnings=tuple(warnings)
         )
     try:
-        resolution = catalog.resolve(device.name)
+        resolution = catalog.resolve_device(device.name, device.memory_total_bytes)
     except UsageError as exc:
         why = exc.message + (f" ({exc.hint})" if exc.hint and exc.hint.startswith("did you mean") else "")
         return DeviceReport(device=device, hint=f"{why}; {EMIT_CATALOG_HINT}", warnings=tuple(warnings))
@@ -434,9 +434,10 @@ def starter_entry(device: DeviceSnapshot) -> dict[str, Any]:
         "tensor_cores": None,
         "boost_clock_mhz": None,
         "tdp_w": None,
-        # GetEccMode answers on any GPU with ECC (on or off); a GPU lost before
-        # that read tells us nothing either way
-        "ecc": None if device.lost and device.ecc_mode_current is None else device.ecc_mode_current is not None,
+        # GetEccMode answers on any GPU with ECC (on or off): ``optional`` (a driver setting; HBM
+        # parts, where it is ``always``, need the edit); a GPU lost before that read tells us nothing
+        "ecc": None if device.lost and device.ecc_mode_current is None
+        else ("optional" if device.ecc_mode_current is not None else "none"),
         "nvlink_generation": None,
         "nvlink_gb_s": None,
         "pcie_generation": None,
