@@ -16,7 +16,10 @@ for the command line.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+# typing is not imported at run time: the command line installs its Ctrl-C handler
+# after this package loads, and every import before it widens the window in which
+# an interrupt still shows Python's traceback (mypy treats TYPE_CHECKING as True)
+TYPE_CHECKING = False
 
 __version__ = "0.1.0"
 
@@ -48,7 +51,7 @@ _API = {
 __all__ = ["__version__", *_API]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     import importlib
 
     if name in ("api", "domain"):

@@ -1,5 +1,5 @@
 """``python -m gpusizer`` runs the command-line tool."""
 
-from gpusizer.cli.root import main
+from gpusizer.cli import main
 
 main()

@@ -1,19 +1,62 @@
 """The command line: one module per command, the shared options in ``options``.
 
-Importing this package registers every command on ``app``. No formula lives
-here: commands parse options, call the engine, and hand results to
+Importing this package is cheap: the commands are imported (and registered on
+``app``) when ``app`` is first asked for, or by :func:`main`. That lets the
+console script take over Ctrl-C before it imports anything heavy, so an
+interrupt at any moment exits 130 at once, never with a traceback. No formula
+lives here: commands parse options, call the engine, and hand results to
 ``gpusizer.render``.
 """
 
 from __future__ import annotations
 
-# each command module registers itself on `app` when imported
-from gpusizer.cli import catalog as _catalog  # noqa: F401
-from gpusizer.cli import estimate as _estimate  # noqa: F401
-from gpusizer.cli import fit as _fit  # noqa: F401
-from gpusizer.cli import probe as _probe  # noqa: F401
-from gpusizer.cli import recommend as _recommend  # noqa: F401
-from gpusizer.cli import serve as _serve  # noqa: F401
-from gpusizer.cli.root import app, main
+import os
+import signal
+
+TYPE_CHECKING = False  # (typing is not imported at run time: Ctrl-C is taken over sooner)
+if TYPE_CHECKING:
+    from typing import Any
+
+#: The command modules; each registers itself on ``gpusizer.cli.root.app`` when imported.
+COMMANDS = ("catalog", "estimate", "fit", "probe", "recommend", "serve")
+
+
+def _interrupted(signum: int, frame: Any) -> None:
+    """Ctrl-C: exit 130 now (imports included), leaving no cache temporary file behind."""
+    try:
+        from gpusizer.datafiles import discard_temporary_files
+
+        discard_temporary_files()
+    finally:
+        os._exit(130)
+
+
+def _register() -> Any:
+    import importlib
+
+    from gpusizer.cli.root import app
+
+    for name in COMMANDS:
+        importlib.import_module(f"gpusizer.cli.{name}")
+    return app
+
+
+def __getattr__(name: str) -> Any:
+    if name == "app":
+        return _register()
+    raise AttributeError(f"module 'gpusizer.cli' has no attribute {name!r}")
+
+
+def main() -> None:
+    """Console-script entry point."""
+    try:
+        signal.signal(signal.SIGINT, _interrupted)
+    except ValueError:
+        pass  # not the main thread: keep Python's default
+    _register()
+    from gpusizer.cli.root import main as run
+
+    run()
+
 
 __all__ = ["app", "main"]

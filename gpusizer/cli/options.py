@@ -23,6 +23,7 @@ CatalogOpt = Annotated[
         "--catalog",
         help="Extra catalog YAML file; repeatable. Adds GPUs or overrides fields by id. "
         "GPUSIZER_CATALOG holds more, separated by the path separator.",
+        readable=False,  # (the loader says why a file cannot be read: exit 3, like any data-file problem)
     ),
 ]
 
@@ -71,7 +72,8 @@ def _warn(ctx: typer.Context, notes: list[str] | tuple[str, ...]) -> None:
 
 ParamsOpt = Annotated[str | None, typer.Option("--params", help="Parameter count: 60M, 1.3B, 7e9, 175B or 60000000.")]
 ModelOpt = Annotated[str | None, typer.Option("--model", help="A model from the zoo (gpusizer models), e.g. resnet50, llama-2-7b.")]
-HfConfigOpt = Annotated[Path | None, typer.Option("--hf-config", help="A local Hugging Face config.json (no network).")]
+HfConfigOpt = Annotated[Path | None, typer.Option("--hf-config", readable=False,
+                                                  help="A local Hugging Face config.json (no network).")]
 BatchOpt = Annotated[int | None, typer.Option("--batch", min=1, help="Batch per GPU (per model replica with tp). Default 1.")]
 SeqOpt = Annotated[int | None, typer.Option("--seq-len", min=1, help="Sequence length in tokens (transformers, RNNs).")]
 AttentionOpt = Annotated[Attention, typer.Option(

@@ -1,52 +1,97 @@
-"""The typer app, its root options, and the one error guard every command runs under."""
+"""The typer app, its root options, and the one error guard every command runs under.
+
+The exit-code contract (docs/exit-codes.md) is kept here for every input:
+
+* a GpusizerError is one ``Error:`` line (and a ``Hint:``) with its exit code;
+* a bad option is the same two lines and exit 2, never click's usage block;
+* Ctrl-C exits 130 without a traceback (``gpusizer.cli.main`` also makes it
+  immediate for the console script, imports included);
+* a reader that goes away (``gpusizer ... | head``) ends the command quietly
+  with exit 0; an output that cannot be written (a full disk) is one line;
+* anything unexpected is one line and exit 1, with the traceback under ``--debug``.
+
+Messages never pass terminal control characters through, and a line is cut
+at :data:`MAX_LINE` characters.
+"""
 
 from __future__ import annotations
 
+import codecs
+import errno
 import functools
 import os
 import sys
-from collections.abc import Callable
-from typing import Annotated, Any
+from collections.abc import Callable, Sequence
+from typing import Annotated, Any, NoReturn
 
 import typer
+from typer.core import TyperGroup
 
 from gpusizer import __version__
 from gpusizer.errors import ExitCode, GpusizerError
 
 _STATE = {"debug": False}
+#: The longest error line printed; a longer one (a huge bad value) is cut.
+MAX_LINE = 400
+#: errno values that mean the output cannot be written (not a bug, not the input's fault)
+_WRITE_ERRNOS = frozenset(getattr(errno, name) for name in ("ENOSPC", "EDQUOT", "EIO", "EFBIG") if hasattr(errno, name))
 
 
 def guarded(func: Callable[..., Any]) -> Callable[..., Any]:
     """Turn GpusizerError (and anything unexpected) into one line and an exit code.
 
     Every command is wrapped in this, so CliRunner and the console script
-    behave the same. Tracebacks only with ``--debug``.
+    behave the same. Tracebacks only with ``--debug``. Standard output is
+    flushed before the command returns, so a closed pipe or a full disk is met
+    here and not while the interpreter shuts down.
     """
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
-            return func(*args, **kwargs)
+            try:
+                return func(*args, **kwargs)
+            finally:
+                _print_notes()
+                sys.stdout.flush()
         except GpusizerError as exc:
             _print_error(describe(exc), exc.hint)
             raise typer.Exit(int(exc.exit_code)) from None
-        except (typer.Exit, typer.Abort, KeyboardInterrupt):
+        except (typer.Exit, typer.Abort):
             raise
+        except KeyboardInterrupt:
+            raise typer.Exit(130) from None
         except BrokenPipeError:
             # the reader went away (`gpusizer ... | head`): stop quietly
-            try:
-                devnull = os.open(os.devnull, os.O_WRONLY)
-                os.dup2(devnull, sys.stdout.fileno())
-            except (OSError, ValueError):
-                pass
+            _silence_stdout()
             raise typer.Exit(0) from None
-        except Exception as exc:
-            if _STATE["debug"] or type(exc).__module__.startswith("typer"):
-                raise
-            _print_error(f"internal error: {type(exc).__name__}: {exc}", "rerun with --debug for the traceback")
+        except OSError as exc:
+            if exc.errno not in _WRITE_ERRNOS or _STATE["debug"]:
+                return _internal(exc)
+            _silence_stdout()
+            _print_error(f"cannot write the output: {exc.strerror or exc}", None)
             raise typer.Exit(int(ExitCode.INTERNAL)) from None
+        except Exception as exc:
+            return _internal(exc)
 
     return wrapper
+
+
+def _internal(exc: Exception) -> NoReturn:
+    if _STATE["debug"] or type(exc).__module__.startswith("typer"):
+        raise exc
+    _print_error(f"internal error: {type(exc).__name__}: {exc}", "rerun with --debug for the traceback")
+    raise typer.Exit(int(ExitCode.INTERNAL)) from None
+
+
+def _silence_stdout() -> None:
+    """Point standard output at the null device, so the final flush cannot fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass  # not a real file (CliRunner): nothing is flushed at exit anyway
 
 
 #: Engine fields whose option is not ``--`` + the field's name with dashes.
@@ -58,6 +103,8 @@ FIELD_OPTIONS: dict[str, str] = {
     "require": "--require",
     "price_per_gpu_hour": "--price-per-hour",
     "context_bytes": "--overhead",
+    "adapter": "--lora-targets",
+    "weight_format": "--weights",
     "persistent_grads": "--grad-accumulation",
 }
 
@@ -74,15 +121,92 @@ def describe(exc: GpusizerError) -> str:
     return f"{option_for(exc.field)}: {exc.message}"
 
 
+def _clean_line(line: str) -> str:
+    """One line: control characters (a newline in a file name included) shown escaped, cut at MAX_LINE."""
+    from gpusizer.render.common import escape_control
+
+    line = escape_control(line.strip("\n").replace("\n", "\\n"))
+    return line if len(line) <= MAX_LINE else f"{line[: MAX_LINE - 3]}..."
+
+
 def _print_error(message: str, hint: str | None) -> None:
-    lines = message.splitlines() or [message]
-    for line in lines:
-        sys.stderr.write(f"Error: {line}\n")
-    if hint:
-        sys.stderr.write(f"Hint: {hint}\n")
+    """``Error: <message>`` and ``Hint: <hint>``: one line each, whatever the message holds."""
+    try:
+        sys.stderr.write(f"Error: {_clean_line(message)}\n")
+        if hint:
+            sys.stderr.write(f"Hint: {_clean_line(hint)}\n")
+        sys.stderr.flush()
+    except OSError:
+        pass  # stderr is gone too: the exit code is all that is left
+
+
+def _print_notes() -> None:
+    """Notes the data layer left (a cache folder it would not use), on stderr."""
+    from gpusizer.datafiles import take_notes
+
+    for note in take_notes():
+        try:
+            sys.stderr.write(f"Note: {_clean_line(note)}\n")
+        except OSError:
+            pass
+
+
+# --------------------------------------------------------------------------
+# the click group: errors in two lines, and the end of the output handled
+
+
+def _click_exception() -> type[Exception]:
+    """click's ClickException, wherever this typer keeps click (vendored or not)."""
+    return next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
+
+
+class GuardedGroup(TyperGroup):
+    """The root group. Runs click in non-standalone mode and keeps the exit-code
+    contract itself: a usage error is ``Error: <message>`` and ``Hint: see
+    '<command> --help'`` (exit 2), Ctrl-C is exit 130, and output that cannot be
+    written is handled as in :func:`guarded`."""
+
+    def main(self, args: Sequence[str] | None = None, prog_name: str | None = None,  # type: ignore[override]
+             complete_var: str | None = None, standalone_mode: bool = True, **extra: Any) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+            code = rv if isinstance(rv, int) and not isinstance(rv, bool) else 0
+        except _click_exception() as exc:
+            code = _usage_error(exc)
+        except typer.Abort:
+            _print_error("aborted", None)
+            code = int(ExitCode.INTERNAL)
+        except KeyboardInterrupt:
+            code = 130
+        sys.exit(_final_flush(code))
+
+
+def _usage_error(exc: Any) -> int:
+    if type(exc).__name__ == "NoArgsIsHelpError":
+        exc.show()  # `gpusizer` alone, or a group without a command: the help
+        return int(exc.exit_code)
+    ctx = getattr(exc, "ctx", None)
+    hint = f"see '{ctx.command_path} --help'" if ctx is not None else None
+    _print_error(str(exc.format_message()), hint)
+    return int(exc.exit_code)
+
+
+def _final_flush(code: int) -> int:
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _silence_stdout()
+    except OSError as exc:
+        _silence_stdout()
+        _print_error(f"cannot write the output: {exc.strerror or exc}", None)
+        return int(ExitCode.INTERNAL) if code == 0 else code
+    return code
 
 
 app = typer.Typer(
+    cls=GuardedGroup,
     help="Which GPU to use and how much of it, with numbers you can check.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -112,6 +236,39 @@ def _root(
     ctx.obj = {"debug": debug, "no_color": no_color}
 
 
+# --------------------------------------------------------------------------
+# output streams that cannot encode what is printed
+
+#: ASCII stand-ins for the non-ASCII characters the tables and messages use.
+_ASCII = {
+    "×": "x", "—": "-", "–": "-", "…": "...", "≈": "~", "≤": "<=", "≥": ">=", "µ": "u", "·": ".", "→": "->",
+    "±": "+/-", "’": "'", "‘": "'", "“": '"', "”": '"', "\u00a0": " ", "°": " deg", "²": "^2", "³": "^3",
+}
+
+
+def _ascii_fallback(exc: UnicodeError) -> tuple[str, int]:
+    if not isinstance(exc, UnicodeEncodeError):
+        raise exc
+    text = exc.object[exc.start : exc.end]
+    return "".join(_ASCII.get(c, "#" if "\u2580" <= c <= "\u259f" else "?") for c in text), exc.end
+
+
+def use_ascii_where_needed() -> None:
+    """Standard output and error that cannot encode the tables' characters (e.g.
+    PYTHONIOENCODING=ascii, or a C locale) write ASCII stand-ins instead of failing."""
+    codecs.register_error("gpusizer-ascii", _ascii_fallback)
+    for stream in (sys.stdout, sys.stderr):
+        encoding = getattr(stream, "encoding", None) or "ascii"
+        try:
+            "─×…█".encode(encoding)
+        except (UnicodeEncodeError, LookupError):
+            try:
+                stream.reconfigure(errors="gpusizer-ascii")  # type: ignore[union-attr]
+            except (AttributeError, ValueError, OSError):
+                pass
+
+
 def main() -> None:
-    """Console-script entry point."""
+    """Run the app as the console script (``gpusizer.cli.main`` registers the commands first)."""
+    use_ascii_where_needed()
     app(prog_name="gpusizer")

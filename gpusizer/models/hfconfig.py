@@ -74,7 +74,7 @@ import enum
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import PurePath, PurePosixPath, PureWindowsPath
+from pathlib import Path, PurePath, PurePosixPath, PureWindowsPath
 from types import MappingProxyType
 from typing import Any
 
@@ -115,7 +115,8 @@ class _Config:
         return value
 
     def _bad(self, key: str, expected: str, value: object) -> DataFileError:
-        return DataFileError(f"{self.origin}: key '{key}' must be {expected}, got {type(value).__name__} {value!r}")
+        return DataFileError(f"{self.origin}: key '{key}' must be {expected}, got {type(value).__name__} "
+                             f"{datafiles.quote(value)}")
 
     def get_int(self, key: str, default: int | _Required = _REQUIRED, minimum: int = 1) -> int:
         value = self._get(key, default)
@@ -514,7 +515,8 @@ def model_from_hf_config(doc: object, origin: str) -> Model:
     family = _FAMILIES.get(model_type)
     if family is None:
         raise DataFileError(
-            f"{origin}: model_type {model_type!r} is not supported; supported: {', '.join(SUPPORTED_MODEL_TYPES)}"
+            f"{origin}: model_type {datafiles.quote(model_type)} is not supported; supported: "
+            f"{', '.join(SUPPORTED_MODEL_TYPES)}"
         )
     fields = family.build(c, family)
     model_id, name = _naming(c, model_type)
@@ -529,3 +531,10 @@ def model_from_hf_config(doc: object, origin: str) -> Model:
     except ValidationError as exc:
         message = datafiles.describe_validation_error(exc, origin, model_id)
         raise DataFileError(message.splitlines()[0]) from None
+
+
+def load_hf_config(path: Path) -> Model:
+    """A zoo :class:`Model` from a local ``config.json``: a regular file of at most
+    16 MiB holding one JSON object, nested at most 64 levels, without NaN or
+    Infinity (``datafiles.load_json``). Errors are DataFileError naming the file."""
+    return model_from_hf_config(datafiles.load_json(path), str(path))

@@ -152,9 +152,18 @@ def _parse(doc: object, origin: str) -> tuple[Model, ...]:
 
 @functools.cache
 def _load_cached(paths: tuple[str, ...], cache_dir: Path | None) -> Zoo:
+    try:
+        return _read_files(paths, cache_dir)
+    except DataFileError:
+        if cache_dir is None:
+            raise
+        return _read_files(paths, cache_dir, refresh=True)  # a cached parse may be what failed
+
+
+def _read_files(paths: tuple[str, ...], cache_dir: Path | None, refresh: bool = False) -> Zoo:
     models: list[Model] = []
     for path in paths:
-        models.extend(_parse(datafiles.load_yaml(Path(path), cache_dir), path))
+        models.extend(_parse(datafiles.load_yaml(Path(path), cache_dir, refresh=refresh), path))
     return Zoo(models=tuple(models))
 
 

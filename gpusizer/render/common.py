@@ -5,28 +5,81 @@ Rich decides on colour: it honours NO_COLOR, FORCE_COLOR and non-TTY output.
 
 This module is the one place that says how a missing value and a boolean look
 in human output (:data:`NA`, :func:`show_value`, :func:`show_bool`, :func:`fmt`);
-the other render modules use it rather than spelling "n/a" or "yes"/"no"."""
+the other render modules use it rather than spelling "n/a" or "yes"/"no".
+
+Text from data files and drivers (catalog names, a config's ``_name_or_path``,
+NVML strings) never reaches the terminal raw: every console made here drops
+control characters (escape sequences included) from what it prints, and reads
+no markup or emoji codes in it (:func:`make_console`). Error lines show them
+escaped (:func:`escape_control`). JSON escapes them by itself."""
 
 from __future__ import annotations
 
 import json
+import math
+import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from gpusizer.units import NA, show_bool, show_value
 
 if TYPE_CHECKING:
-    from rich.console import Console
+    from rich.console import Console, ConsoleOptions, ConsoleRenderable, RenderResult
 
-__all__ = ["NA", "bar", "emit_json", "fmt", "fmt_ratio", "make_console", "show_bool", "show_value"]
+__all__ = ["NA", "bar", "emit_json", "escape_control", "fmt", "fmt_ratio", "make_console", "strip_control",
+           "show_bool", "show_value"]
+
+#: C0 controls but tab and newline, DEL, C1 controls (0x9b is a one-byte CSI), the
+#: Unicode line and paragraph separators, and the bidirectional overrides and
+#: isolates that reorder what a terminal shows.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def strip_control(text: str) -> str:
+    """``text`` without terminal control characters (see :data:`_CONTROL`)."""
+    return _CONTROL.sub("", text) if _CONTROL.search(text) else text
+
+
+def escape_control(text: str) -> str:
+    """``text`` with terminal control characters shown as ``\\x1b``-style escapes."""
+    if not _CONTROL.search(text):
+        return text
+    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+
+
+class _Clean:
+    """A renderable whose text segments are stripped of control characters."""
+
+    def __init__(self, renderable: ConsoleRenderable) -> None:
+        self.renderable = renderable
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        from rich.segment import Segment
+
+        for segment in console.render(self.renderable, options):
+            if segment.control or not _CONTROL.search(segment.text):
+                yield segment
+            else:
+                yield Segment(strip_control(segment.text), segment.style)
+
+
+def _clean_hook() -> Any:
+    from rich.console import RenderHook
+
+    class CleanHook(RenderHook):
+        def process_renderables(self, renderables: list[ConsoleRenderable]) -> list[ConsoleRenderable]:
+            return [_Clean(r) for r in renderables]
+
+    return CleanHook()
+
 
 def make_console(*, stderr: bool = False, no_color: bool = False) -> Console:
     import os
 
     from rich.console import Console
 
-    kwargs: dict[str, Any] = {"stderr": stderr, "highlight": False}
+    kwargs: dict[str, Any] = {"stderr": stderr, "highlight": False, "markup": False, "emoji": False}
     stream = sys.stderr if stderr else sys.stdout
     if not os.environ.get("COLUMNS") and not (hasattr(stream, "isatty") and stream.isatty()):
         # Piped or redirected: no terminal to fit, so do not squeeze tables to 80 columns.
@@ -34,11 +87,37 @@ def make_console(*, stderr: bool = False, no_color: bool = False) -> Console:
     if no_color:
         kwargs["no_color"] = True
         kwargs["color_system"] = None
-    return Console(**kwargs)
+
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:
+            """Let the CLI's guard end quietly (rich would exit 1 by itself)."""
+            self.quiet = True
+            raise BrokenPipeError
+
+    console = _Console(**kwargs)
+    console.push_render_hook(_clean_hook())
+    return console
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with NaN and infinities as null, for a document that must be JSON."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, Iterable) and not isinstance(value, (str, bytes)):
+        return [_finite(v) for v in value]
+    return value
 
 
 def emit_json(document: Mapping[str, Any]) -> None:
-    sys.stdout.write(json.dumps(document, indent=2, sort_keys=False, allow_nan=False))
+    """One JSON document on stdout: always valid JSON (RFC 8259), so a number that is
+    not finite is written as null, and always ASCII (non-ASCII text is escaped)."""
+    try:
+        text = json.dumps(document, indent=2, sort_keys=False, allow_nan=False)
+    except ValueError:
+        text = json.dumps(_finite(document), indent=2, sort_keys=False, allow_nan=False)
+    sys.stdout.write(text)
     sys.stdout.write("\n")
 
 
