@@ -66,6 +66,40 @@ from gpusizer.units import parse_count
 
 #: The JSON schema's version; a change that breaks readers bumps it.
 SCHEMA_VERSION = 1
+
+#: Upper bounds on what a question may ask; beyond them is a UsageError (exit 2), not
+#: an overflow. GPUs in all: recommend's cap; parameters: the zoo's.
+MAX_TOTAL_GPUS = 65_536
+MAX_PARAMS = 10**14
+MAX_NICS_PER_NODE = 1024
+MAX_GRAD_ACCUMULATION = 65_536
+MAX_EPOCHS = 1e6
+#: samples per epoch, or tokens to train on
+MAX_TRAINING_COUNT = 10**18
+MAX_PRICE_PER_GPU_HOUR = 1e6
+#: fixed per-GPU overhead (the CUDA context): 1 TiB
+MAX_OVERHEAD_BYTES = 1 << 40
+
+
+def _show_number(value: object) -> str:
+    """``1,000,000`` or ``1e+308``: a bound or a bad value, briefly."""
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except OverflowError:
+        return f"a number of {len(str(value))} digits"
+    except (TypeError, ValueError):
+        return repr(value)[:24]
+    if number.is_integer() and abs(number) < 1e16:
+        return f"{int(number):,}"
+    return f"{number:.4g}"
+
+
+def _check_range(value: float | None, field: str, what: str, low: float, high: float) -> None:
+    """A UsageError naming ``field`` unless ``value`` is None or a finite number in [low, high]."""
+    if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool) and low <= value <= high):
+        return  # (NaN fails both comparisons)
+    raise UsageError(f"{what} must be between {_show_number(low)} and {_show_number(high)}, "
+                     f"not {_show_number(value)}", field=field)
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 
 
@@ -119,12 +153,12 @@ def resolve_model(
     if isinstance(model, ModelShape):
         return model
     if params is not None:
-        if isinstance(params, int):
-            return shape_from_params(params)
         try:
-            return shape_from_params(parse_count(params, what="parameter count"))
+            count = params if isinstance(params, int) else parse_count(params, what="parameter count")
         except ValueError as exc:
             raise UsageError(str(exc), field="params") from None
+        _check_range(count, "params", "the parameter count", 1, MAX_PARAMS)
+        return shape_from_params(count)
     if model is not None:
         from gpusizer.models.zoo import load_zoo
 
@@ -192,6 +226,7 @@ def fit_model(
     """
     if method not in ("physics", "rule-of-thumb"):
         raise UsageError(f"method {method!r} is not physics or rule-of-thumb", field="method")
+    _check_range(settings.get("context_bytes"), "context_bytes", "the fixed overhead in bytes", 0, MAX_OVERHEAD_BYTES)
     shape = resolve_model(model, params=params, hf_config=hf_config, cache_dir=cache_dir)
     cfg = _run(run, settings)
     notes: list[str] = []
@@ -305,7 +340,24 @@ def _training_amount(epochs: float | None, dataset_size: str | int | None, token
         raise UsageError(str(exc), field="tokens" if tokens is not None else "dataset_size") from None
     if epochs is not None and epochs <= 0:
         raise UsageError("the number of epochs must be positive", field="epochs")
+    _check_range(epochs, "epochs", "the number of epochs", 0, MAX_EPOCHS)
+    _check_range(size, "dataset_size", "the dataset size", 1, MAX_TRAINING_COUNT)
+    _check_range(count, "tokens", "the token count", 1, MAX_TRAINING_COUNT)
     return _Work(samples=epochs * size if epochs is not None and size is not None else None, tokens=count)
+
+
+def _check_cluster(gpus: int, nodes: int, nics_per_node: int | None, grad_accumulation: int,
+                   price_per_hour: float | None) -> None:
+    """The bounds recommend applies, for an estimate: at most 65,536 GPUs in all."""
+    _check_range(gpus, "gpus_per_node", "the number of GPUs per node", 1, MAX_TOTAL_GPUS)
+    _check_range(nodes, "nodes", "the number of nodes", 1, MAX_TOTAL_GPUS)
+    if gpus * nodes > MAX_TOTAL_GPUS:
+        raise UsageError(f"{gpus:,} GPUs per node x {nodes:,} nodes is more than {MAX_TOTAL_GPUS:,} GPUs in all",
+                         field="nodes")
+    _check_range(nics_per_node, "nics_per_node", "the number of network ports per node", 1, MAX_NICS_PER_NODE)
+    _check_range(grad_accumulation, "grad_accumulation", "the number of micro-batches per step", 1,
+                 MAX_GRAD_ACCUMULATION)
+    _check_range(price_per_hour, "price_per_gpu_hour", "the price per GPU-hour", 0, MAX_PRICE_PER_GPU_HOUR)
 
 
 def estimate(
@@ -340,6 +392,7 @@ def estimate(
     mode = settings.get("mode", run.mode if run is not None else "train")
     if phase is not None and mode == "train":
         raise UsageError("a phase (decode or prefill) is for inference", hint="run inference", field="phase")
+    _check_cluster(gpus, nodes, nics_per_node, grad_accumulation, price_per_hour)
     amount = _training_amount(epochs, dataset_size, tokens)
     shape = resolve_model(model, params=params, hf_config=hf_config, cache_dir=cache_dir)
     cat = catalog or load_catalog(cache_dir=cache_dir)
@@ -407,7 +460,7 @@ def _run_echo(cfg: RunConfig) -> dict[str, Any]:
     """The run settings every estimate echoes in its input."""
     return cfg.model_dump(mode="json", include={
         "batch", "seq_len", "image_size", "mode", "optimizer", "strategy", "flash_attention", "logits", "kv_cache",
-        "checkpointing", "adapter", "offload", "offload_to", "weight_format"})
+        "checkpointing", "adapter", "offload", "offload_to", "weight_format", "loss"})
 
 
 class _PerfArgs(BaseModel):
@@ -567,6 +620,10 @@ def serve(
     for res in resolved:
         g = res.gpu
         if tp is not None:
+            m = shape.transformer
+            if m is not None and not m.allows_tp(tp):
+                raise UsageError(f"tensor parallelism over {tp} GPUs does not divide {shape.name}'s {m.heads} "
+                                 f"attention heads and {m.n_kv_heads} KV heads", field="tp")
             run = cfg.model_copy(update=tensor_parallel(tp))
             cap = serving_capacity(shape, run, g.memory_bytes, context, utilization=gpu_memory_utilization)
             ok = cap.max_concurrency >= (users or 1)
@@ -612,13 +669,15 @@ def recommend(
     budget: float | None = None, max_power: float | None = None, require: Sequence[str] = (),
     segments: Sequence[str] = (), top: int = 10, sort: str = "score", rules: Sequence[str | Path] = (),
     probe: ProbeReport | None = None, catalog: Catalog | None = None, cache_dir: Path | None = None,
+    vendor: str = "nvidia",
 ) -> RecommendResult:
     """Rank GPUs for a workload (``cnn``, ``llm-train``, ``hpc``, ... or one from ``rules``),
     with every rule's contribution to each score.
 
     ``budget`` is total US dollars and ``max_power`` total watts for ``gpus`` x
     ``nodes`` GPUs; ``require`` names hard requirements (ecc, rdma, nvlink,
-    fp64). A model (by name, parameter count or HF config) adds the memory fit
+    fp64); ``vendor`` (nvidia, amd, intel or any) picks whose GPUs are considered, NVIDIA only
+    by default. A model (by name, parameter count or HF config) adds the memory fit
     and the performance model's speed. ``probe`` ranks that machine's GPUs
     (``gpusizer.hardware.nvml.read_host()`` reads one) instead of the catalog.
 
@@ -638,6 +697,7 @@ def recommend(
     )
     from gpusizer.ranking.search import recommend as _recommend
 
+    _check_cluster(gpus, nodes, None, 1, None)
     ruleset = load_rules([str(p) for p in rules], cache_dir=cache_dir)
     wl = ruleset.workload(workload)
     shape = None
@@ -649,7 +709,7 @@ def recommend(
         workload=workload, precision=precision, shape=shape, batch=batch, seq_len=seq_len, image_size=image_size,
         flash_attention=flash_attention, optimizer=optimizer, strategy=strategy, gpus_per_node=gpus, nodes=nodes,
         interconnect=interconnect, budget_usd=budget, max_power_w=max_power, require=tuple(require),
-        segments=tuple(segments), top=top, sort=sort,
+        segments=tuple(segments), top=top, sort=sort, vendor=vendor.lower(),
     )
     notes: list[str] = []
     cat = catalog or load_catalog(cache_dir=cache_dir)
@@ -677,8 +737,8 @@ def recommend(
         "params": shape.params if shape else None, "batch": batch, "seq_len": seq_len, "image_size": image_size,
         "flash_attention": flash_attention, "optimizer": optimizer, "strategy": strategy, "gpus_per_node": gpus,
         "nodes": nodes, "interconnect": interconnect, "budget_usd": budget, "max_power_w": max_power,
-        "require": list(req.require), "segments": list(req.segments), "top": top, "sort": sort,
-        "local": probe is not None, "rules_files": list(ruleset.files), "catalog_files": list(cat.files),
+        "require": list(req.require), "segments": list(req.segments), "vendor": req.vendor, "top": top,
+        "sort": sort, "local": probe is not None, "rules_files": list(ruleset.files), "catalog_files": list(cat.files),
     }
     return RecommendResult(input=inputs, results=rec, notes=(*notes, *rec.notes), rules_files=ruleset.files)
 
@@ -697,6 +757,8 @@ class GpuListResult(Result):
 class GpuResult(Result):
     command: Literal["catalog show"] = "catalog show"
     results: Gpu
+    #: the formula of each derivation rule the entry's ``derived`` names (rule id -> formula)
+    formulas: dict[str, str] = Field(default_factory=dict, exclude=True, repr=False)
 
 
 class CompareResults(BaseModel):
@@ -735,40 +797,51 @@ class ProbeResult(Result):
 def list_gpus(
     *, segment: str | None = None, arch: str | None = None, min_memory_gib: float | None = None,
     ecc: bool | None = None, rdma: bool | None = None, nvlink: bool | None = None, sort: str | None = None,
-    descending: bool = True, catalog: Catalog | None = None, cache_dir: Path | None = None,
+    descending: bool = True, vendor: str | None = None, catalog: Catalog | None = None,
+    cache_dir: Path | None = None,
 ) -> GpuListResult:
-    """Catalog GPUs, filtered (segment, architecture, memory, ECC, RDMA, NVLink) and
-    sorted by a numeric field; unknown values sort last.
+    """Catalog GPUs, filtered (segment, architecture, vendor, memory, ECC available, RDMA,
+    NVLink) and sorted by a numeric field; unknown values sort last. Each entry's ``derived``
+    maps the values a derivation rule gave to the rule's id (``data/derivations.yaml``).
 
     >>> [g.id for g in list_gpus(arch="hopper", segment="datacenter", sort="memory_gib").results][:2]
-    ['h200-sxm-141gb', 'h200-nvl-141gb']
+    ['gh200-144gb', 'h200-sxm-141gb']
     """
     import difflib
 
     from gpusizer.hardware.browse import CatalogFilter, filter_gpus
-    from gpusizer.hardware.catalog import ARCH_ORDER, SEGMENTS
+    from gpusizer.hardware.catalog import ARCH_ORDER, OTHER_ARCHITECTURES, SEGMENTS, VENDORS
 
+    archs = (*ARCH_ORDER, *OTHER_ARCHITECTURES)
     if segment is not None and segment.lower() not in SEGMENTS:
         raise UsageError(f"{segment!r} is not one of {', '.join(SEGMENTS)}", field="segment")
-    if arch is not None and arch.lower() not in ARCH_ORDER:
-        close = difflib.get_close_matches(arch.lower(), ARCH_ORDER, n=2)
+    if vendor is not None and vendor.lower() not in VENDORS:
+        raise UsageError(f"{vendor!r} is not one of {', '.join(VENDORS)}", field="vendor")
+    if arch is not None and arch.lower() not in archs:
+        close = difflib.get_close_matches(arch.lower(), archs, n=2)
         raise UsageError(f"{arch!r} is not an architecture in the catalog", field="arch",
-                         hint=f"did you mean {', '.join(close)}?" if close else f"one of: {', '.join(ARCH_ORDER)}")
+                         hint=f"did you mean {', '.join(close)}?" if close else f"one of: {', '.join(archs)}")
     cat = catalog or load_catalog(cache_dir=cache_dir)
     spec = CatalogFilter(segment=segment.lower() if segment else None, architecture=arch.lower() if arch else None,
-                         min_memory_gib=min_memory_gib, ecc=ecc, rdma=rdma, nvlink=nvlink, sort=sort,
-                         descending=descending)
+                         vendor=vendor.lower() if vendor else None, min_memory_gib=min_memory_gib, ecc=ecc, rdma=rdma,
+                         nvlink=nvlink, sort=sort, descending=descending)
     gpus = filter_gpus(cat.gpus, spec)
     inputs = {**spec.model_dump(mode="json"), "catalog_files": list(cat.files)}
     return GpuListResult(input=inputs, results=tuple(gpus), catalog_size=len(cat.gpus))
 
 
 def show_gpu(name: str, *, catalog: Catalog | None = None, cache_dir: Path | None = None) -> GpuResult:
-    """One catalog entry, with its sources, by id, alias or name (``"RTX 3090"``)."""
+    """One catalog entry, with its sources, by id, alias or name (``"RTX 3090"``); its
+    ``derived`` maps each value a derivation rule gave to the rule's id."""
+    from gpusizer.hardware.catalog import load_derivations
+
     cat = catalog or load_catalog(cache_dir=cache_dir)
     res = cat.resolve(name)
+    rules = load_derivations(cache_dir)
+    formulas = {rule_id: rule.formula for rule_id in res.gpu.derived_by.values()
+                if (rule := rules.by_id(rule_id)) is not None}
     return GpuResult(input={"gpu": name, "resolved_id": res.gpu.id}, results=res.gpu,
-                     notes=(res.note,) if res.note else ())
+                     notes=(res.note,) if res.note else (), formulas=formulas)
 
 
 def compare(names: Sequence[str], *, catalog: Catalog | None = None, cache_dir: Path | None = None) -> CompareResult:

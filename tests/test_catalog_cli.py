@@ -140,8 +140,9 @@ def test_catalog_show_marks_derived_values_with_their_rule(cli):
 
 
 def test_catalog_list_vendor_and_provenance(cli, cli_json):
-    assert len(cli_json("catalog", "list", "--vendor", "nvidia")["results"]) == len(GPUS)
-    assert cli_json("catalog", "list", "--vendor", "AMD")["results"] == []
+    assert len(cli_json("catalog", "list", "--vendor", "nvidia")["results"]) == sum(g.vendor == "nvidia" for g in GPUS)
+    amd = cli_json("catalog", "list", "--vendor", "AMD")["results"]
+    assert amd and {g["vendor"] for g in amd} == {"amd"} and "mi300x" in {g["id"] for g in amd}
     bad = cli("catalog", "list", "--vendor", "acme")
     assert bad.exit_code == 2 and "--vendor" in bad.stderr
     plain = cli("catalog", "list", "--arch", "ada").stdout
@@ -175,7 +176,9 @@ def test_catalog_list_sort_puts_unknown_last(cli_json):
     known = [v for v in values if v is not None]
     assert known == sorted(known, reverse=True)
     assert values[: len(known)] == known
-    assert rows[0]["id"] in {"b200-sxm-180gb", "gb200"}  # both 40 TFLOPS FP64
+    assert rows[0]["id"] in {"mi300x", "mi325x"}  # both 81.7 TFLOPS vector FP64 (AMD CDNA3)
+    nvidia = [g for g in rows if g["vendor"] == "nvidia"]
+    assert nvidia[0]["id"] in {"b200-sxm-180gb", "gb200"}  # both 40 TFLOPS FP64
 
 
 def test_catalog_list_bad_sort_field(cli):
@@ -385,3 +388,12 @@ def test_foreign_cache_dump_is_ignored(tmp_path):
     again = _fresh_load([], tmp_path)
     assert len(again.gpus) == len(load_catalog().gpus)
     assert again.by_id("p100-sxm2-16gb").fp64_tflops == 5.3
+
+
+def test_catalog_show_an_amd_gpu(cli, cli_json):
+    gpu = cli_json("catalog", "show", "AMD Instinct MI300X")["results"]
+    assert gpu["id"] == "mi300x" and gpu["vendor"] == "amd" and gpu["compute_capability"] is None
+    assert gpu["architecture"] == "cdna3" and gpu["tensor_bf16_tflops"] == 1307.4
+    human = cli("catalog", "show", "AMD Instinct MI300X")
+    assert human.exit_code == 0 and "cdna3" in human.stdout
+    assert {g["id"] for g in cli_json("catalog", "list", "--arch", "cdna2")["results"]} == {"mi210", "mi250", "mi250x"}

@@ -47,7 +47,9 @@ REQUIRED_IDS = [
 
 def test_catalog_has_at_least_40_gpus_maxwell_to_blackwell():
     assert len(CATALOG.gpus) >= 40
-    assert {g.architecture for g in CATALOG.gpus} == set(ARCH_ORDER)
+    # ARCH_ORDER is NVIDIA's order; the AMD and Intel entries have architectures of their own
+    assert {g.architecture for g in CATALOG.gpus if g.vendor == "nvidia"} == set(ARCH_ORDER)
+    assert not {g.architecture for g in CATALOG.gpus if g.vendor != "nvidia"} & set(ARCH_ORDER)
 
 
 @pytest.mark.parametrize("gpu_id", REQUIRED_IDS)
@@ -158,6 +160,8 @@ def test_geforce_fp64_ratio(arch, ratio):
 
 def test_nothing_before_volta_has_tensor_throughput():
     for gpu in CATALOG.gpus:
+        if gpu.vendor != "nvidia":  # Volta is NVIDIA's first Tensor Core architecture; ARCH_ORDER is NVIDIA's
+            continue
         if ARCH_ORDER.index(gpu.architecture) < ARCH_ORDER.index("volta"):
             assert not any(getattr(gpu, f) is not None for f in TENSOR_FIELDS), gpu.id
             assert not gpu.tensor_cores, gpu.id
@@ -340,7 +344,10 @@ def test_fp64_ratio_by_family(gpu):
     assert gpu.fp64_tflops / gpu.fp32_tflops == pytest.approx(rule.factor, rel=rule.tolerance)
 
 
-@pytest.mark.parametrize("gpu", [g for g in CATALOG.gpus if g.has_tensor_cores], ids=lambda g: g.id)
+# NVIDIA entries only: TENSOR_SINCE is the NVIDIA Tensor Core history (ARCH_ORDER); an AMD Matrix
+# Core or Intel MME rate no source gives is simply unknown (see test_other_vendors_are_not_nvidia)
+@pytest.mark.parametrize("gpu", [g for g in CATALOG.gpus if g.has_tensor_cores and g.vendor == "nvidia"],
+                         ids=lambda g: g.id)
 def test_no_unknown_tensor_rate_without_a_note(gpu):
     """A GPU with Tensor Cores has every rate its architecture runs, sourced or derived; a
     null is allowed only where no rule can apply, and the entry's notes then name the field."""
@@ -401,3 +408,35 @@ def test_memory_variants_sharing_an_nvml_name_are_told_apart_by_memory():
             if catalog_module._shape(gpu) == catalog_module._shape(default):
                 got = resolve_device(CATALOG.gpus, default.name, int(gpu.memory_bytes * 0.95))
                 assert got.gpu.memory_gib == gpu.memory_gib, (family, gpu.id, got.gpu.id)
+
+
+# ----- AMD and Intel ------------------------------------------------------------------------
+
+OTHER_VENDORS = [g for g in CATALOG.gpus if g.vendor != "nvidia"]
+
+
+def test_the_amd_and_intel_parts_are_present():
+    assert {g.id for g in OTHER_VENDORS} >= {"mi100", "mi210", "mi250", "mi250x", "mi300x", "mi325x", "mi355x", "gaudi3"}
+    assert resolve_name(CATALOG.gpus, "AMD Instinct MI300X").gpu.id == "mi300x"
+
+
+@pytest.mark.parametrize("gpu", OTHER_VENDORS, ids=lambda g: g.id)
+def test_other_vendors_are_not_nvidia(gpu):
+    """No CUDA compute capability, no CUDA cores, no NVLink; the software-stack caveat in the notes;
+    no NVIDIA-only fact applies (no Tensor Core rate read as absent, no NVIDIA derivation rule)."""
+    assert gpu.compute_capability is None and gpu.cuda_cores is None and gpu.nvlink_gb_s is None
+    assert "not CUDA" in (gpu.notes or "")
+    assert not gpu.arch_at_least("maxwell")
+    for field in TENSOR_FIELDS:
+        assert gpu.provenance(field) in ("sourced", "derived", "unknown"), (gpu.id, field)
+    for rule in RULES.rules:
+        if rule.applies(gpu):
+            assert "nvidia" not in rule.when.vendors, (gpu.id, rule.id)
+
+
+def test_nvidia_entries_need_a_compute_capability():
+    base = GPUS["rtx-a6000"].model_dump(mode="json")
+    with pytest.raises(ValueError, match="compute_capability"):
+        Gpu.model_validate({**base, "compute_capability": None})
+    with pytest.raises(ValueError, match="architecture"):
+        Gpu.model_validate({**base, "architecture": "cdna3"})

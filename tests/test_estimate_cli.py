@@ -274,3 +274,11 @@ def test_fused_attention_note_says_what_older_kernels_would_cost(cli_json):
     assert "14% of the FLOPs" in note and "2023" in note and "x slower" in note
     short = cli_json(*base, "--seq-len", "128")
     assert not any(n.startswith("fused attention is") for n in short["notes"])
+
+
+def test_estimate_on_an_amd_gpu_says_there_is_no_calibration_and_widens_the_band(cli_json):
+    nvidia = cli_json("estimate", "--model", "resnet50", "--gpu", "h100-sxm5-80gb")
+    amd = cli_json("estimate", "--model", "resnet50", "--gpu", "AMD Instinct MI300X")
+    assert any("no calibration data for AMD GPUs" in n for n in amd["notes"])
+    assert not any("no calibration data" in n for n in nvidia["notes"])
+    assert amd["results"]["error_band"] > nvidia["results"]["error_band"]

@@ -411,7 +411,7 @@ def test_rnn_real_cards_ordered_by_bandwidth(faster, slower):
 def test_more_bandwidth_never_lowers_an_rnn_score(base, more):
     gpu = BY_ID[base]
     richer = gpu.model_copy(update={"id": f"{gpu.id}-x", "bandwidth_gb_s": gpu.bandwidth_gb_s * more})
-    scores = {g.gpu_id: g.score for g in engine("rnn", [gpu, richer]).ranked}
+    scores = {g.gpu_id: g.score for g in engine("rnn", [gpu, richer], vendor="any").ranked}
     assert scores[richer.id] >= scores[gpu.id]
 
 
@@ -554,7 +554,8 @@ def test_json_has_every_rule_for_every_gpu_and_the_excluded(cli_json):
     criteria = [c["id"] for c in res["criteria"]]
     assert {"rdma", "nvlink", "tensor", "memory"} <= set(criteria)
     everybody = everyone(res)
-    assert len(everybody) == len(GPUS) and len(res["ranked"]) == 5 and res["excluded"]
+    # NVIDIA only by default: the AMD and Intel entries are not candidates unless --vendor asks
+    assert len(everybody) == sum(g.vendor == "nvidia" for g in GPUS) and len(res["ranked"]) == 5 and res["excluded"]
     for g in everybody:
         assert [c["rule"] for c in g["contributions"]] == criteria
         for c in g["contributions"]:
@@ -875,3 +876,38 @@ def test_flash_attention_reaches_the_memory_fit_and_the_speed_column(cli_json):
                    "--seq-len", "8192", "--batch", "1", "--flash-attention")
     assert math.isclose(ranked["h100-sxm5-80gb"]["speed"]["throughput_per_s"],
                         est["results"]["estimate"]["throughput_per_s"], rel_tol=1e-9)
+
+
+# ----- vendors ------------------------------------------------------------------------------
+
+
+def test_recommend_considers_other_vendors_only_when_asked(cli_json):
+    # cnn: llm-train's tensor-cores constraint is "architecture >= volta", NVIDIA's order, which no AMD
+    # or Intel part satisfies (see test_an_architecture_rule_never_holds_for_another_vendor)
+    default = cli_json("recommend", "--workload", "cnn", "--top", "200")
+    ids = {g["gpu_id"] for g in default["results"]["ranked"]}
+    assert ids and not ids & {"mi300x", "mi355x", "gaudi3"}
+    assert not any("ROCm" in n for n in default["notes"])
+    every = cli_json("recommend", "--workload", "cnn", "--top", "200", "--vendor", "any")
+    ids = {g["gpu_id"] for g in every["results"]["ranked"]}
+    assert {"mi300x", "mi355x", "gaudi3"} <= ids and "h100-sxm5-80gb" in ids
+    notes = " ".join(every["notes"])
+    assert "CUDA-only code" in notes and "ROCm" in notes and "Gaudi" in notes
+    assert every["input"]["vendor"] == "any"
+    amd = cli_json("recommend", "--workload", "cnn", "--vendor", "amd")
+    assert {g["gpu_id"] for g in amd["results"]["ranked"]} <= {"mi100", "mi210", "mi250", "mi250x", "mi300x",
+                                                              "mi325x", "mi355x", "radeon-pro-w7900"}
+
+
+def test_recommend_rejects_an_unknown_vendor(cli):
+    bad = cli("recommend", "--workload", "cnn", "--vendor", "acme")
+    assert bad.exit_code == 2 and "--vendor" in bad.stderr
+
+
+def test_an_architecture_rule_never_holds_for_another_vendor():
+    """ARCH_ORDER is NVIDIA's: a CDNA3 part is neither 'architecture >= volta' nor '< volta'."""
+    from gpusizer.ranking.search import evaluate
+
+    mi300x = load_catalog().by_id("mi300x")
+    for op in (">=", "<"):
+        assert evaluate(RuleTest(field="architecture", op=op, value="volta"), mi300x, "bf16") is False

@@ -68,11 +68,14 @@ RequireOpt = Annotated[list[str] | None, typer.Option(
     "--require", help="Hard requirements, comma-separated or repeated: ecc, rdma, nvlink, fp64 (full-rate FP64).")]
 SegmentOpt = Annotated[list[str] | None, typer.Option(
     "--segment", help="Only these segments: datacenter, workstation, consumer (comma-separated or repeated).")]
+VendorOpt = Annotated[str, typer.Option(
+    "--vendor", help="Whose GPUs to consider: nvidia, amd, intel or any. AMD and Intel parts need ROCm or the "
+                     "Gaudi software instead of CUDA, so they are considered only when asked for.")]
 RankTopOpt = Annotated[int, typer.Option("--top", min=1, help="Show the best K GPUs.")]
 SortOptT = Annotated[Sort, typer.Option(
     help="score (rules), speed (performance model) or value (speed per dollar of launch price).")]
 RulesOpt = Annotated[list[Path] | None, typer.Option(
-    "--rules", help="Extra rules YAML, repeatable: overrides or extends the bundled rules by workload and rule id "
+    "--rules", readable=False, help="Extra rules YAML, repeatable: overrides or extends the bundled rules by workload and rule id "
                     "(see docs/rules.md).")]
 ShowExcludedOpt = Annotated[bool, typer.Option("--show-excluded", help="List excluded GPUs and why.")]
 LocalOpt = Annotated[bool, typer.Option("--local", help="Rank this machine's GPUs (NVML), with their free memory.")]
@@ -101,6 +104,7 @@ def recommend_cmd(
     max_power: MaxPowerOpt = None,
     require: RequireOpt = None,
     segment: SegmentOpt = None,
+    vendor: VendorOpt = "nvidia",
     top: RankTopOpt = 10,
     sort: SortOptT = "score",
     rules: RulesOpt = None,
@@ -119,7 +123,7 @@ def recommend_cmd(
         optimizer=optimizer, strategy=strategy, gpus=gpus, nodes=nodes, interconnect=interconnect,
         budget=budget, max_power=max_power, require=_split(require), segments=_split(segment), top=top,
         sort=sort, rules=[str(p) for p in rules or ()], probe=cli._local_report(catalog) if local else None,
-        catalog=cli._load_catalog(catalog), cache_dir=cli._cache_dir(),
+        catalog=cli._load_catalog(catalog), cache_dir=cli._cache_dir(), vendor=vendor,
     )
     if json_out:
         from gpusizer.render.common import emit_json

@@ -24,11 +24,17 @@ from gpusizer.units import GIB
 Segment = Literal["datacenter", "workstation", "consumer"]
 #: The market segments, in the catalog's order: the one list every filter checks against.
 SEGMENTS: tuple[str, ...] = get_args(Segment)
-Architecture = Literal["maxwell", "pascal", "volta", "turing", "ampere", "ada", "hopper", "blackwell"]
+Architecture = Literal[
+    "maxwell", "pascal", "volta", "turing", "ampere", "ada", "hopper", "blackwell",
+    "cdna1", "cdna2", "cdna3", "cdna4", "rdna3", "gaudi2", "gaudi3",
+]
 
 #: Architectures in launch order, used for "nothing before Volta has Tensor Cores"
 #: and for per-generation calibration.
 ARCH_ORDER: tuple[str, ...] = ("maxwell", "pascal", "volta", "turing", "ampere", "ada", "hopper", "blackwell")
+#: The other vendors' architectures (AMD CDNA/RDNA, Intel Gaudi). They are not in ARCH_ORDER, which
+#: is NVIDIA's order only: no AMD or Intel architecture is "Volta or later" (``Gpu.arch_at_least``).
+OTHER_ARCHITECTURES: tuple[str, ...] = tuple(a for a in get_args(Architecture) if a not in ARCH_ORDER)
 
 #: Who makes the GPU. The architecture order and the Tensor Core facts below are NVIDIA's.
 Vendor = Literal["nvidia", "amd", "intel"]
@@ -83,7 +89,8 @@ class Gpu(BaseModel):
     # family
     segment: Segment
     architecture: Architecture
-    compute_capability: str = Field(pattern=r"^[0-9]+\.[0-9]+$")
+    #: CUDA compute capability: required on NVIDIA entries, null on the others (not CUDA devices)
+    compute_capability: str | None = Field(default=None, pattern=r"^[0-9]+\.[0-9]+$")
     launch_year: int = Field(ge=2010, le=2035)
 
     # memory
@@ -174,6 +181,10 @@ class Gpu(BaseModel):
             raise bad("launch_price_year", "given without launch_price_usd")
         if self.launch_price_year is not None and self.launch_price_year < self.launch_year - 1:
             raise bad("launch_price_year", f"{self.launch_price_year} is before launch_year {self.launch_year}")
+        if (self.vendor == "nvidia") != (self.architecture in ARCH_ORDER):
+            raise bad("architecture", f"{self.architecture} is not an architecture of vendor {self.vendor}")
+        if self.vendor == "nvidia" and self.compute_capability is None:
+            raise bad("compute_capability", "required on NVIDIA entries")
         if self.vendor == "nvidia" and ARCH_ORDER.index(self.architecture) < ARCH_ORDER.index("volta"):
             for field in TENSOR_FIELDS:
                 if getattr(self, field) is not None:
@@ -199,6 +210,12 @@ class Gpu(BaseModel):
         if any(getattr(self, f) is not None for f in TENSOR_FIELDS):
             return True
         return self.vendor == "nvidia" and ARCH_ORDER.index(self.architecture) >= ARCH_ORDER.index("volta")
+
+    def arch_at_least(self, architecture: str) -> bool:
+        """An NVIDIA GPU of ``architecture`` or a later one (ARCH_ORDER). Always False for
+        another vendor, so an NVIDIA-only fact ("BF16 at the FP16 rate from Ampere on") never
+        applies to an AMD or Intel part by accident."""
+        return self.vendor == "nvidia" and ARCH_ORDER.index(self.architecture) >= ARCH_ORDER.index(architecture)
 
     @property
     def derived_by(self) -> dict[str, str]:
@@ -689,7 +706,8 @@ def _implausible(gpu: Gpu) -> str | None:
     for field, value in tensor:
         if fp32 is not None and value > fp32 * _TENSOR_OVER_FP32:
             return f"{field}: {value:g} is more than {_TENSOR_OVER_FP32}x fp32_tflops {fp32:g}"
-    if getattr(gpu, "vendor", "nvidia") != "nvidia" or gpu.architecture not in _CC_MAJORS:
+    if getattr(gpu, "vendor", "nvidia") != "nvidia" or gpu.architecture not in _CC_MAJORS \
+            or gpu.compute_capability is None:
         return None  # the facts below are NVIDIA's
     arch = gpu.architecture
     major = int(gpu.compute_capability.split(".")[0])

@@ -174,14 +174,19 @@ class Calibration(BaseModel):
         segment backs is passed over too (see :meth:`select`)."""
         return self.select(workload, architecture, segment).entry
 
-    def select(self, workload: str, architecture: str, segment: str | None = None) -> Selection:
+    def select(self, workload: str, architecture: str, segment: str | None = None,
+               vendor: str = "nvidia") -> Selection:
         """The constants for ``workload`` on a GPU of ``architecture`` and ``segment``, and whether
         a measurement covers that class.
 
         A generation entry applies when it covers the segment (``covers``); otherwise the "all"
         entry does, the nearest-physics default. When no entry's rows include the GPU's class,
         the selection is uncovered and says so: its error band is UNCOVERED_BAND_FACTOR wider.
+        Every measurement is of an NVIDIA GPU, so another ``vendor``'s GPU always gets the "all"
+        entry, uncovered, with a note that says so.
         """
+        if vendor != "nvidia":
+            return self._other_vendor(workload, architecture, vendor)
         gen = self.generation_of(architecture)
         specific = next((e for e in self.efficiencies if e.workload == workload and e.generation == gen), None)
         fallback = next((e for e in self.efficiencies if e.workload == workload and e.generation == "all"), None)
@@ -202,6 +207,18 @@ class Calibration(BaseModel):
         if covered(fallback):
             return Selection(fallback, True, None)
         return Selection(fallback, False, self._uncovered_note(workload, architecture, segment, fallback, specific))
+
+    def _other_vendor(self, workload: str, architecture: str, vendor: str) -> Selection:
+        used = next((e for e in self.efficiencies if e.workload == workload and e.generation == "all"), None)
+        if used is None:
+            raise DataFileError(f"calibration.yaml: no efficiency for workload {workload!r} (generation 'all')",
+                                hint="rerun benchmarks/calibrate.py --write")
+        band = self.error_band * UNCOVERED_BAND_FACTOR
+        who = vendor.upper() if vendor == "amd" else vendor.capitalize()
+        note = (f"no calibration data for {who} GPUs ({architecture}): every {workload} measurement behind the "
+                f"constants is from NVIDIA GPUs; using the 'all' constants ({used.compute_efficiency:.0%} of peak "
+                f"compute) on the {who} peak rates; the error band is widened to {band:.0%}")
+        return Selection(used, False, note)
 
     def _uncovered_note(self, workload: str, architecture: str, segment: str | None, used: Efficiency,
                         passed_over: Efficiency | None = None) -> str:

@@ -155,7 +155,8 @@ def sm_count(gpu: Gpu) -> int | None:
     the datasheet's FP32 figure comes from (H100 NVL: 60 TFLOPS at 1785 MHz -> 131,
     against 132 on the die); None when the clock is unknown too.
     """
-    lanes = FP32_LANES_PER_SM.get(gpu.compute_capability)
+    # no compute capability (an AMD or Intel part): no SMs in NVIDIA's sense
+    lanes = FP32_LANES_PER_SM.get(gpu.compute_capability) if gpu.compute_capability else None
     if lanes is None:
         return None
     if gpu.cuda_cores is not None:
@@ -201,7 +202,7 @@ def _step(
                 f"batch {GEMV_MAX_BATCH} llama.cpp switches to tensor-core kernels and its throughput about doubles, "
                 "while this estimate jumps by 2-5x depending on the context; engines that use tensor-core GEMMs at "
                 "these batches (TensorRT-LLM, vLLM) can run up to about 2x faster than this estimate"))
-    selection = cal.select(work.workload, gpu.architecture, gpu.segment)
+    selection = cal.select(work.workload, gpu.architecture, gpu.segment, gpu.vendor)
     eff = selection.entry
     if selection.note:
         notes = (*notes, selection.note)

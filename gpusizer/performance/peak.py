@@ -18,7 +18,7 @@ from typing import NamedTuple
 from gpusizer.domain.precision import Precision, precision_spec
 from gpusizer.domain.run import RunConfig
 from gpusizer.errors import UsageError
-from gpusizer.hardware.catalog import ARCH_ORDER, Gpu
+from gpusizer.hardware.catalog import Gpu
 
 #: Pascal GP10x chips with compute capability 6.1 have DP4A: 4 int8 multiply-adds
 #: per FP32 lane and clock, so INT8 = 4x FP32 (Tesla P40 datasheet: 47 INT8 TOPS
@@ -77,7 +77,7 @@ def _same_rate(gpu: Gpu, spec: Precision, tf32: bool) -> PeakDetail | None:
     """A precision that runs at another's Tensor Core rate on this architecture (BF16 at FP16's)."""
     if not (spec.same_rate_as and spec.same_rate_from):
         return None
-    if ARCH_ORDER.index(gpu.architecture) < ARCH_ORDER.index(spec.same_rate_from):
+    if not gpu.arch_at_least(spec.same_rate_from):
         return None
     other = peak_detail(gpu, spec.same_rate_as, tf32=tf32)
     if other.unknown_rate or precision_spec(spec.same_rate_as).tensor_field is None or "Tensor" not in other.label:

@@ -32,7 +32,7 @@ from gpusizer.domain.precision import (
 from gpusizer.domain.run import RunConfig, make_run_config
 from gpusizer.domain.shape import ModelShape
 from gpusizer.errors import UsageError
-from gpusizer.hardware.catalog import ARCH_ORDER, SEGMENTS, TENSOR_FIELDS, Gpu
+from gpusizer.hardware.catalog import SEGMENTS, TENSOR_FIELDS, VENDORS, Gpu
 from gpusizer.memory.estimate import fewest_gpus, largest_batch
 from gpusizer.memory.fit import Capacity, GpuFit, fit_model
 from gpusizer.ranking.rules import (
@@ -131,6 +131,8 @@ class RecommendRequest(BaseModel):
     max_power_w: float | None = None
     require: tuple[str, ...] = ()
     segments: tuple[str, ...] = ()
+    #: whose GPUs to consider: nvidia (the default), amd, intel, or any
+    vendor: str = "nvidia"
     top: int | None = DEFAULT_TOP
     sort: str = "score"
 
@@ -298,7 +300,7 @@ def tensor_tflops(gpu: Gpu, precision: str) -> float | None:
     value: float | None = getattr(gpu, name)
     spec = precision_spec(precision)
     if value is None and spec.same_rate_as and spec.same_rate_from \
-            and ARCH_ORDER.index(gpu.architecture) >= ARCH_ORDER.index(spec.same_rate_from):
+            and gpu.arch_at_least(spec.same_rate_from):
         value = tensor_tflops(gpu, spec.same_rate_as)
     return value
 
@@ -372,6 +374,8 @@ def evaluate(test: Test, gpu: Gpu, precision: str) -> bool | None:
     if value is None:
         return None
     order = ORDERED_VALUES.get(test.field)
+    if order is not None and test.op in (">", ">=", "<", "<=") and value not in order:
+        return False  # ARCH_ORDER is NVIDIA's: an AMD or Intel architecture is neither before nor after Volta
 
     def key(v: Any) -> Any:
         return order.index(v) if order is not None else v
@@ -471,6 +475,8 @@ def _check_request(req: RecommendRequest, rules: RuleSet) -> tuple[Workload, str
         raise UsageError("the batch size must be at least 1", field="batch")
     if req.sort not in SORTS:
         raise UsageError(f"{req.sort!r} is not one of the sort orders {', '.join(SORTS)}", field="sort")
+    if req.vendor not in (*VENDORS, "any"):
+        raise UsageError(f"{req.vendor!r} is not one of {', '.join((*VENDORS, 'any'))}", field="vendor")
     for seg in req.segments:
         if seg not in SEGMENTS:
             raise UsageError(f"{seg!r} is not one of the segments {', '.join(SEGMENTS)}", field="segments")
@@ -575,7 +581,9 @@ def recommend(
     """
     run = _prepare(rules, req)
     wl = run.wl
-    best = _best_values(run, list(pool) if pool is not None else [c.gpu for c in candidates])
+    candidates = [c for c in candidates if _vendor_wanted(req, c.gpu)]
+    best = _best_values(run, [g for g in (pool if pool is not None else [c.gpu for c in candidates])
+                              if _vendor_wanted(req, g)])
     fits_by_label, memory_needed, fit_notes = _fit_candidates(run, candidates)
     results = [_assess(run, cand, best, fits_by_label.get(cand.label)) for cand in candidates]
     by_label = {c.label: c for c in candidates}
@@ -598,8 +606,30 @@ def recommend(
         beyond_top=tuple(beyond), qualified=len(qualified), price_basis=_price_basis(qualified, req.sort),
         excluded=excluded,
         sharded_options=_sharded_options(results, req, run.mem_cfg) if req.shape is not None else (),
-        notes=_notes(run, fit_notes),
+        notes=(*_notes(run, fit_notes), *_vendor_notes([by_label[r.label].gpu for r in ranked])),
     )
+
+
+def _vendor_wanted(req: RecommendRequest, gpu: Gpu) -> bool:
+    """Only NVIDIA GPUs unless the request names another vendor or ``any``: the rules and the
+    performance model's calibration are NVIDIA's, and most ML code assumes CUDA."""
+    return req.vendor == "any" or gpu.vendor == req.vendor
+
+
+#: The software each non-NVIDIA vendor's accelerators need instead of CUDA.
+_SOFTWARE_STACK = {"amd": "ROCm/HIP (PyTorch's ROCm build)", "intel": "the Intel Gaudi software (SynapseAI, "
+                   "PyTorch's HPU backend)"}
+
+
+def _vendor_notes(gpus: Sequence[Gpu]) -> tuple[str, ...]:
+    """The software-stack caveat, once per non-NVIDIA vendor among the listed GPUs."""
+    vendors = sorted({g.vendor for g in gpus if g.vendor != "nvidia"})
+    return tuple(
+        f"{vendor.upper() if vendor == 'amd' else vendor.capitalize()} GPUs listed "
+        f"({', '.join(g.id for g in gpus if g.vendor == vendor)}): CUDA-only code (custom CUDA kernels, "
+        f"CUDA-only libraries) does not run on them; they need {_SOFTWARE_STACK.get(vendor, 'their own software stack')}. "
+        "Their speeds come from constants calibrated on NVIDIA GPUs only, with a widened error band"
+        for vendor in vendors)
 
 
 # --- scores ---------------------------------------------------------------
@@ -822,6 +852,8 @@ def _constraints_applied(run: _Run, memory_needed: int | None) -> tuple[str, ...
     applied += [f"requirement {n}: {r.test.describe()}" for n, r in run.requirements.items()]
     if req.segments:
         applied.append(f"segments {', '.join(req.segments)}")
+    if req.vendor != "nvidia":  # the default, NVIDIA only, is not listed
+        applied.append(f"vendor {req.vendor}")
     if req.budget_usd is not None:
         applied.append(f"budget ${req.budget_usd:,.0f} for {gpus} (launch prices)")
     if req.max_power_w is not None:
