@@ -7,7 +7,7 @@ A third command measures the floor the fixed stack sets: the same libraries
 doing the work any `catalog list` must do with them, and nothing of gpusizer's.
 typer parses options into pydantic-validated values (typer 0.29 builds a
 pydantic TypeAdapter per option), a frozen pydantic model is defined and built,
-and rich lays out a 50-row, 14-column table. The ratio of `catalog list` to
+and rich lays out a 14-column table with one row per catalog GPU, as `catalog list` does. The ratio of `catalog list` to
 this floor is gpusizer's own share.
 
     python benchmarks/startup.py [--runs 30]
@@ -52,7 +52,7 @@ class Row(BaseModel):
     name: str
     value: float
 
-rows = [Row(name=f"gpu-{i}", value=i * 1.5) for i in range(50)]
+rows = [Row(name=f"gpu-{i}", value=i * 1.5) for i in range(ROWS)]
 table = Table()
 for c in range(14):
     table.add_column(f"column {c}")
@@ -78,7 +78,10 @@ def main() -> None:
     listing = [*gpusizer, "catalog", "list"]
     _time(listing, env)  # warm the OS file cache and the YAML cache
     _time(baseline, env)
-    floor = [sys.executable, "-c", FLOOR]
+    import yaml
+
+    rows = len(yaml.safe_load((Path(__file__).resolve().parent.parent / "data" / "gpus.yaml").read_text())["gpus"])
+    floor = [sys.executable, "-c", f"ROWS = {rows}\n" + FLOOR]
     base_times, list_times, floor_times = [], [], []
     for _ in range(args.runs):
         base_times.append(_time(baseline, env))

@@ -163,3 +163,13 @@ def test_import_gpusizer_stays_light():
 def test_unknown_attribute_is_an_attribute_error():
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         gpusizer.nope  # noqa: B018
+
+
+def test_catalog_questions_load_no_engine():
+    """The API loads per question: listing the catalog never imports the memory or
+    performance models (start-up of 'catalog list')."""
+    code = ("import sys, gpusizer; gpusizer.api.list_gpus(); "
+            "print(sorted(m for m in ('gpusizer.performance', 'gpusizer.memory', 'gpusizer.ranking') "
+            "if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -1,0 +1,77 @@
+"""The public Python API: the four questions as functions that return typed results.
+
+Every function here returns what the matching command prints under ``--json``:
+``result.document()`` is that JSON document, key for key, and the command line
+is a thin layer that calls these functions and renders their results. A
+notebook or a sweep calls them in one process instead of paying start-up for
+each configuration (``benchmarks/api_sweep.py`` measures the difference).
+
+>>> import gpusizer
+>>> fit = gpusizer.fit_model("resnet50", gpu="V100 16GB", batch=64)
+>>> fit.results.fits_on
+('v100-sxm2-16gb',)
+>>> round(fit.results.breakdown.total_bytes / 2**30, 1)
+3.6
+>>> est = gpusizer.estimate("resnet50", gpu="A100 80GB SXM4", batch=256)
+>>> est.results.throughput_unit
+'images/s'
+>>> est.document()["results"]["throughput_per_s"] == est.results.throughput_per_s
+True
+
+Errors are :class:`gpusizer.errors.GpusizerError` subclasses in domain words,
+each with the exit code the CLI uses.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from gpusizer.api._browse import CompareResult as CompareResult
+    from gpusizer.api._browse import GpuListResult as GpuListResult
+    from gpusizer.api._browse import GpuResult as GpuResult
+    from gpusizer.api._browse import ModelsResult as ModelsResult
+    from gpusizer.api._browse import ProbeResult as ProbeResult
+    from gpusizer.api._browse import compare as compare
+    from gpusizer.api._browse import list_gpus as list_gpus
+    from gpusizer.api._browse import models as models
+    from gpusizer.api._browse import probe as probe
+    from gpusizer.api._browse import show_gpu as show_gpu
+    from gpusizer.api._common import SCHEMA_VERSION as SCHEMA_VERSION
+    from gpusizer.api._common import Result as Result
+    from gpusizer.api._common import load_catalog as load_catalog
+    from gpusizer.api._common import resolve_model as resolve_model
+    from gpusizer.api._estimate import EstimateResult as EstimateResult
+    from gpusizer.api._estimate import EstimateResults as EstimateResults
+    from gpusizer.api._estimate import estimate as estimate
+    from gpusizer.api._fit import FitModelResult as FitModelResult
+    from gpusizer.api._fit import FitResults as FitResults
+    from gpusizer.api._fit import fit_model as fit_model
+    from gpusizer.api._recommend import RecommendResult as RecommendResult
+    from gpusizer.api._recommend import recommend as recommend
+    from gpusizer.api._serve import ServeResult as ServeResult
+    from gpusizer.api._serve import ServeResults as ServeResults
+    from gpusizer.api._serve import serve as serve
+
+#: Which module holds each public name: a command imports only what it uses, so
+#: ``catalog list`` never loads the performance model.
+_HOMES: dict[str, str] = {
+    **dict.fromkeys(("SCHEMA_VERSION", "Result", "load_catalog", "resolve_model"), "_common"),
+    **dict.fromkeys(("CompareResult", "GpuListResult", "GpuResult", "ModelsResult", "ProbeResult", "compare",
+                     "list_gpus", "models", "probe", "show_gpu"), "_browse"),
+    **dict.fromkeys(("EstimateResult", "EstimateResults", "estimate"), "_estimate"),
+    **dict.fromkeys(("FitModelResult", "FitResults", "fit_model"), "_fit"),
+    **dict.fromkeys(("RecommendResult", "recommend"), "_recommend"),
+    **dict.fromkeys(("ServeResult", "ServeResults", "serve"), "_serve"),
+}
+
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name: str) -> object:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'gpusizer.api' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"gpusizer.api.{home}"), name)
+

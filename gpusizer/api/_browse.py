@@ -1,0 +1,143 @@
+"""The catalog, compare, the model zoo and the local probe, as API results."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from gpusizer.api._common import _FROZEN, Result, load_catalog
+from gpusizer.errors import UsageError
+from gpusizer.hardware.browse import CompareRow, Comparison
+from gpusizer.hardware.catalog import Catalog, Gpu
+from gpusizer.hardware.probe import HostSnapshot, ProbeReport
+from gpusizer.models.zoo import Model
+
+
+class GpuListResult(Result):
+    command: Literal["catalog list"] = "catalog list"
+    results: tuple[Gpu, ...]
+    #: how many GPUs the catalog holds (the list is after filtering)
+    catalog_size: int = Field(exclude=True, repr=False)
+
+class GpuResult(Result):
+    command: Literal["catalog show"] = "catalog show"
+    results: Gpu
+    #: the formula of each derivation rule the entry's ``derived`` names (rule id -> formula)
+    formulas: dict[str, str] = Field(default_factory=dict, exclude=True, repr=False)
+
+class CompareResults(BaseModel):
+    model_config = _FROZEN
+
+    gpus: tuple[str, ...]
+    rows: tuple[CompareRow, ...]
+    facts: tuple[CompareFact, ...]
+
+class CompareFact(BaseModel):
+    model_config = _FROZEN
+
+    field: str
+    label: str
+    values: tuple[str | int | bool | None, ...]
+
+class CompareResult(Result):
+    command: Literal["compare"] = "compare"
+    results: CompareResults
+    comparison: Comparison = Field(exclude=True, repr=False)
+
+class ModelsResult(Result):
+    command: Literal["models"] = "models"
+    results: tuple[Model, ...]
+
+class ProbeResult(Result):
+    command: Literal["probe"] = "probe"
+    results: dict[str, Any]
+    report: ProbeReport = Field(exclude=True, repr=False)
+
+def list_gpus(
+    *, segment: str | None = None, arch: str | None = None, min_memory_gib: float | None = None,
+    ecc: bool | None = None, rdma: bool | None = None, nvlink: bool | None = None, sort: str | None = None,
+    descending: bool = True, vendor: str | None = None, catalog: Catalog | None = None,
+    cache_dir: Path | None = None,
+) -> GpuListResult:
+    """Catalog GPUs, filtered (segment, architecture, vendor, memory, ECC available, RDMA,
+    NVLink) and sorted by a numeric field; unknown values sort last. Each entry's ``derived``
+    maps the values a derivation rule gave to the rule's id (``data/derivations.yaml``).
+
+    >>> [g.id for g in list_gpus(arch="hopper", segment="datacenter", sort="memory_gib").results][:2]
+    ['gh200-144gb', 'h200-sxm-141gb']
+    """
+    import difflib
+
+    from gpusizer.hardware.browse import CatalogFilter, filter_gpus
+    from gpusizer.hardware.catalog import ARCH_ORDER, OTHER_ARCHITECTURES, SEGMENTS, VENDORS
+
+    archs = (*ARCH_ORDER, *OTHER_ARCHITECTURES)
+    if segment is not None and segment.lower() not in SEGMENTS:
+        raise UsageError(f"{segment!r} is not one of {', '.join(SEGMENTS)}", field="segment")
+    if vendor is not None and vendor.lower() not in VENDORS:
+        raise UsageError(f"{vendor!r} is not one of {', '.join(VENDORS)}", field="vendor")
+    if arch is not None and arch.lower() not in archs:
+        close = difflib.get_close_matches(arch.lower(), archs, n=2)
+        raise UsageError(f"{arch!r} is not an architecture in the catalog", field="arch",
+                         hint=f"did you mean {', '.join(close)}?" if close else f"one of: {', '.join(archs)}")
+    cat = catalog or load_catalog(cache_dir=cache_dir)
+    spec = CatalogFilter(segment=segment.lower() if segment else None, architecture=arch.lower() if arch else None,
+                         vendor=vendor.lower() if vendor else None, min_memory_gib=min_memory_gib, ecc=ecc, rdma=rdma,
+                         nvlink=nvlink, sort=sort, descending=descending)
+    gpus = filter_gpus(cat.gpus, spec)
+    inputs = {**spec.model_dump(mode="json"), "catalog_files": list(cat.files)}
+    return GpuListResult(input=inputs, results=tuple(gpus), catalog_size=len(cat.gpus))
+
+def show_gpu(name: str, *, catalog: Catalog | None = None, cache_dir: Path | None = None) -> GpuResult:
+    """One catalog entry, with its sources, by id, alias or name (``"RTX 3090"``); its
+    ``derived`` maps each value a derivation rule gave to the rule's id."""
+    from gpusizer.hardware.catalog import load_derivations
+
+    cat = catalog or load_catalog(cache_dir=cache_dir)
+    res = cat.resolve(name)
+    rules = load_derivations(cache_dir)
+    formulas = {rule_id: rule.formula for rule_id in res.gpu.derived_by.values()
+                if (rule := rules.by_id(rule_id)) is not None}
+    return GpuResult(input={"gpu": name, "resolved_id": res.gpu.id}, results=res.gpu,
+                     notes=(res.note,) if res.note else (), formulas=formulas)
+
+def compare(names: Sequence[str], *, catalog: Catalog | None = None, cache_dir: Path | None = None) -> CompareResult:
+    """GPUs side by side, with ratios against the first.
+
+    >>> compare(["GTX 1080 Ti", "P100 SXM2"]).results.gpus
+    ('gtx-1080-ti', 'p100-sxm2-16gb')
+    """
+    from gpusizer.hardware.browse import compare as _compare
+
+    cat = catalog or load_catalog(cache_dir=cache_dir)
+    result = _compare(cat.resolve_many(list(names)))
+    results = CompareResults(
+        gpus=tuple(g.id for g in result.gpus), rows=result.rows,
+        facts=tuple(CompareFact(field=f, label=label, values=v) for f, label, v in result.facts),
+    )
+    return CompareResult(input={"gpus": list(names)}, results=results, notes=result.notes, comparison=result)
+
+def models(*, cache_dir: Path | None = None) -> ModelsResult:
+    """The model zoo: every model with its shape and sources."""
+    from gpusizer.models.zoo import load_zoo
+
+    return ModelsResult(input={}, results=load_zoo(cache_dir=cache_dir).models)
+
+def probe(
+    host: HostSnapshot | None = None, *, catalog: Catalog | None = None, catalog_files: Sequence[str] = (),
+    cache_dir: Path | None = None,
+) -> ProbeResult:
+    """This machine's NVIDIA GPUs read through NVML (or a given host snapshot), matched
+    to the catalog. Raises NoDeviceError without a driver or GPU."""
+    from gpusizer.hardware.probe import match_catalog, report_results
+
+    if host is None:
+        from gpusizer.hardware.nvml import read_host
+
+        host = read_host()
+    cat = catalog or load_catalog(catalog_files, cache_dir=cache_dir)
+    matched = match_catalog(host, cat)
+    return ProbeResult(input={"catalog_files": list(catalog_files)}, results=report_results(matched), report=matched)

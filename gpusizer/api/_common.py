@@ -1,0 +1,135 @@
+"""The envelope every API result comes in, model resolution, and input bounds."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from gpusizer.domain.run import RunConfig, make_run_config
+from gpusizer.domain.shape import ModelShape, shape_from_model, shape_from_params
+from gpusizer.errors import UsageError
+from gpusizer.hardware.catalog import Catalog
+from gpusizer.units import parse_count
+
+#: The JSON schema's version; a change that breaks readers bumps it.
+SCHEMA_VERSION = 1
+
+#: Upper bounds on what a question may ask; beyond them is a UsageError (exit 2), not
+#: an overflow. GPUs in all: recommend's cap; parameters: the zoo's.
+MAX_TOTAL_GPUS = 65_536
+
+MAX_PARAMS = 10**14
+
+MAX_NICS_PER_NODE = 1024
+
+MAX_GRAD_ACCUMULATION = 65_536
+
+MAX_EPOCHS = 1e6
+
+#: samples per epoch, or tokens to train on
+MAX_TRAINING_COUNT = 10**18
+
+MAX_PRICE_PER_GPU_HOUR = 1e6
+
+#: fixed per-GPU overhead (the CUDA context): 1 TiB
+MAX_OVERHEAD_BYTES = 1 << 40
+
+def _show_number(value: object) -> str:
+    """``1,000,000`` or ``1e+308``: a bound or a bad value, briefly."""
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except OverflowError:
+        return f"a number of {len(str(value))} digits"
+    except (TypeError, ValueError):
+        return repr(value)[:24]
+    if number.is_integer() and abs(number) < 1e16:
+        return f"{int(number):,}"
+    return f"{number:.4g}"
+
+def _check_range(value: float | None, field: str, what: str, low: float, high: float) -> None:
+    """A UsageError naming ``field`` unless ``value`` is None or a finite number in [low, high]."""
+    if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool) and low <= value <= high):
+        return  # (NaN fails both comparisons)
+    raise UsageError(f"{what} must be between {_show_number(low)} and {_show_number(high)}, "
+                     f"not {_show_number(value)}", field=field)
+
+_FROZEN = ConfigDict(frozen=True, extra="forbid")
+
+class Result(BaseModel):
+    """The envelope every answer comes in: what was asked, the results, and notes."""
+
+    model_config = _FROZEN
+
+    schema_version: int = SCHEMA_VERSION
+    command: str
+    #: the resolved inputs: every default that was applied, as used
+    input: dict[str, Any]
+    results: Any
+    notes: tuple[str, ...] = ()
+
+    def document(self) -> dict[str, Any]:
+        """The JSON document the command prints under ``--json``."""
+        return self.model_dump(mode="json")
+
+def load_catalog(files: Sequence[str | Path] = (), *, cache_dir: Path | None = None) -> Catalog:
+    """The bundled GPU catalog, with ``files`` merged over it (added GPUs, overridden fields).
+
+    >>> cat = load_catalog()
+    >>> cat.resolve("H100 SXM").gpu.memory_gib
+    80.0
+    """
+    from gpusizer.hardware.catalog import load_catalog as _load
+
+    return _load(files, cache_dir=cache_dir)
+
+def resolve_model(
+    model: str | ModelShape | None = None, *, params: str | int | None = None, hf_config: str | Path | None = None,
+    cache_dir: Path | None = None,
+) -> ModelShape:
+    """A model shape from exactly one of: a zoo name (or a ModelShape), a parameter
+    count (``60M``, ``7e9`` or an int), or a local Hugging Face ``config.json``."""
+    given = [n for n, v in (("model", model), ("params", params), ("hf_config", hf_config)) if v is not None]
+    if len(given) != 1:
+        raise UsageError(
+            "give exactly one of a model name, a parameter count or a Hugging Face config"
+            + (f" (got {', '.join(given)})" if given else ""),
+            hint="e.g. the zoo's resnet50, 60M parameters, or ./config.json",
+            field=given[-1] if given else "model",
+        )
+    if isinstance(model, ModelShape):
+        return model
+    if params is not None:
+        try:
+            count = params if isinstance(params, int) else parse_count(params, what="parameter count")
+        except ValueError as exc:
+            raise UsageError(str(exc), field="params") from None
+        _check_range(count, "params", "the parameter count", 1, MAX_PARAMS)
+        return shape_from_params(count)
+    if model is not None:
+        from gpusizer.models.zoo import load_zoo
+
+        return shape_from_model(load_zoo(cache_dir=cache_dir).resolve(model))
+    from gpusizer.models.hfconfig import load_hf_config
+
+    return shape_from_model(load_hf_config(Path(str(hf_config))))
+
+def _run(run: RunConfig | None, settings: dict[str, Any]) -> RunConfig:
+    """A RunConfig from ``run`` with ``settings`` (RunConfig fields) applied over it."""
+    base = run.model_dump() if run is not None else {}
+    return make_run_config(**{**base, **settings})
+
+def _check_cluster(gpus: int, nodes: int, nics_per_node: int | None, grad_accumulation: int,
+                   price_per_hour: float | None) -> None:
+    """The bounds recommend applies, for an estimate: at most 65,536 GPUs in all."""
+    _check_range(gpus, "gpus_per_node", "the number of GPUs per node", 1, MAX_TOTAL_GPUS)
+    _check_range(nodes, "nodes", "the number of nodes", 1, MAX_TOTAL_GPUS)
+    if gpus * nodes > MAX_TOTAL_GPUS:
+        raise UsageError(f"{gpus:,} GPUs per node x {nodes:,} nodes is more than {MAX_TOTAL_GPUS:,} GPUs in all",
+                         field="nodes")
+    _check_range(nics_per_node, "nics_per_node", "the number of network ports per node", 1, MAX_NICS_PER_NODE)
+    _check_range(grad_accumulation, "grad_accumulation", "the number of micro-batches per step", 1,
+                 MAX_GRAD_ACCUMULATION)
+    _check_range(price_per_hour, "price_per_gpu_hour", "the price per GPU-hour", 0, MAX_PRICE_PER_GPU_HOUR)

@@ -1,0 +1,96 @@
+"""fit-model: training or inference memory, and which GPUs hold it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from gpusizer.api._common import _FROZEN, MAX_OVERHEAD_BYTES, Result, _check_range, _run, load_catalog, resolve_model
+from gpusizer.domain.run import RunConfig
+from gpusizer.domain.shape import ModelShape
+from gpusizer.errors import UsageError
+from gpusizer.hardware.catalog import Catalog
+from gpusizer.hardware.probe import ProbeReport
+from gpusizer.memory.estimate import MemoryBreakdown
+from gpusizer.memory.fit import FitReport, GpuFit, capacities_from_catalog, capacities_from_probe, fit_rule_of_thumb
+from gpusizer.memory.fit import fit_model as _fit
+
+
+class FitResults(BaseModel):
+    """``fit-model`` results: where the memory goes and which GPUs hold it."""
+
+    model_config = _FROZEN
+
+    model: str
+    params: int
+    method: Literal["physics", "rule-of-thumb"]
+    breakdown: MemoryBreakdown
+    gpus: tuple[GpuFit, ...]
+    #: ids (or names) of the GPUs it fits on
+    fits_on: tuple[str, ...]
+    verdict: str
+
+class FitModelResult(Result):
+    command: Literal["fit-model"] = "fit-model"
+    results: FitResults
+    #: the engine's report, for renderers (not part of the JSON)
+    report: FitReport = Field(exclude=True, repr=False)
+
+    @property
+    def fits(self) -> bool:
+        return bool(self.results.fits_on)
+
+def fit_model(
+    model: str | ModelShape | None = None, *, params: str | int | None = None, hf_config: str | Path | None = None,
+    gpu: str | Sequence[str] | None = None, probe: ProbeReport | None = None,
+    method: Literal["physics", "rule-of-thumb"] = "physics", run: RunConfig | None = None,
+    catalog: Catalog | None = None, cache_dir: Path | None = None, **settings: Any,
+) -> FitModelResult:
+    """Training or inference memory of a model, and which GPUs hold it.
+
+    ``gpu`` names the catalog GPUs to check (default: the whole catalog);
+    ``probe`` checks that machine's GPUs and their free memory instead
+    (``gpusizer.hardware.nvml.read_host()`` reads one). ``settings`` are :class:`RunConfig` fields (``batch=8``,
+    ``precision="bf16"``, ``mode="inference"``, ``gpus=4``, ``strategy="fsdp"``);
+    ``run`` is a RunConfig to start from.
+
+    >>> r = fit_model("llama-2-7b", gpu=["RTX 4090", "A100 80GB SXM4"], mode="inference")
+    >>> r.results.fits_on
+    ('rtx-4090', 'a100-sxm4-80gb')
+    >>> r.input["precision"], r.input["batch"]
+    ('fp16', 1)
+    """
+    if method not in ("physics", "rule-of-thumb"):
+        raise UsageError(f"method {method!r} is not physics or rule-of-thumb", field="method")
+    _check_range(settings.get("context_bytes"), "context_bytes", "the fixed overhead in bytes", 0, MAX_OVERHEAD_BYTES)
+    shape = resolve_model(model, params=params, hf_config=hf_config, cache_dir=cache_dir)
+    cfg = _run(run, settings)
+    notes: list[str] = []
+    if probe is not None:
+        if gpu:
+            raise UsageError("check either a machine's GPUs or named catalog GPUs, not both", field="gpu")
+        capacities = capacities_from_probe(probe)
+    else:
+        cat = catalog or load_catalog(cache_dir=cache_dir)
+        if gpu:
+            resolved = cat.resolve_many([gpu] if isinstance(gpu, str) else list(gpu))
+            notes += [r.note for r in resolved if r.note]
+            capacities = capacities_from_catalog([r.gpu for r in resolved])
+        else:
+            capacities = capacities_from_catalog(cat.gpus)
+    runner = fit_rule_of_thumb if method == "rule-of-thumb" else _fit
+    report = runner(shape, cfg, capacities)
+    inputs = {
+        "model": shape.name, "params": shape.params, "method": method, **cfg.model_dump(mode="json"),
+        "gpus_checked": [c.label for c in capacities],
+        "local": probe is not None,
+    }
+    results = FitResults(
+        model=report.model_name, params=report.params, method=report.method, breakdown=report.breakdown,
+        gpus=report.gpus, fits_on=tuple(g.gpu_id or g.gpu_name for g in report.gpus if g.fits),
+        verdict=report.verdict,
+    )
+    return FitModelResult(input=inputs, results=results, notes=(*notes, *report.notes), report=report)

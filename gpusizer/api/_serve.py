@@ -1,0 +1,113 @@
+"""serve: concurrent sequences a deployment holds, and the fewest GPUs for N users."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from gpusizer.api._common import _FROZEN, Result, _run, load_catalog, resolve_model
+from gpusizer.domain.parallelism import tensor_parallel
+from gpusizer.domain.shape import ModelShape
+from gpusizer.errors import UsageError
+from gpusizer.hardware.catalog import Catalog
+from gpusizer.memory.serving import (
+    BLOCK_TOKENS,
+    DEFAULT_UTILIZATION,
+    MAX_TP,
+    ServingCapacity,
+    fewest_gpus_to_serve,
+    serving_capacity,
+)
+
+
+class ServeRow(BaseModel):
+    """One GPU type: the tensor-parallel group that serves the users, and what it holds."""
+
+    model_config = _FROZEN
+
+    gpu_id: str
+    gpu_name: str
+    memory_bytes: int
+    #: GPUs in the group (the tensor-parallel size); None: no size the model allows suffices
+    gpus: int | None
+    #: sequences of the context held at once by that group (the largest group tried, if none suffices)
+    max_concurrency: int
+    capacity: ServingCapacity | None
+    #: every tensor-parallel size tried, smallest first
+    tried: tuple[ServingCapacity, ...]
+
+class ServeResults(BaseModel):
+    model_config = _FROZEN
+
+    model: str
+    context_tokens: int
+    users: int | None
+    rows: tuple[ServeRow, ...]
+    #: ids of the GPUs that serve the users (or hold one sequence when no users are given)
+    serves_on: tuple[str, ...]
+
+class ServeResult(Result):
+    command: Literal["serve"] = "serve"
+    results: ServeResults
+
+    @property
+    def fits(self) -> bool:
+        return bool(self.results.serves_on)
+
+def serve(
+    model: str | ModelShape | None = None, *, context: int, users: int | None = None,
+    gpu: str | Sequence[str] | None = None, tp: int | None = None, params: str | int | None = None,
+    hf_config: str | Path | None = None, gpu_memory_utilization: float = DEFAULT_UTILIZATION,
+    max_tp: int = MAX_TP, catalog: Catalog | None = None, cache_dir: Path | None = None, **settings: Any,
+) -> ServeResult:
+    """How many sequences of ``context`` tokens a deployment holds at once, and the
+    fewest GPUs (a tensor-parallel group) that serve ``users`` of them.
+
+    The KV cache gets what is left of ``gpu_memory_utilization`` of each GPU once the
+    weights, a prefill chunk's activations and the engine's reserves are placed (vLLM's
+    accounting, 16-token blocks). ``tp`` fixes the group size instead of searching up
+    to ``max_tp`` GPUs (one node: tensor parallelism needs NVLink-class links).
+    ``settings`` are RunConfig fields (``precision``, ``kv_cache``, ...).
+
+    >>> r = serve("llama-3-70b", gpu="H100 SXM", context=4096, users=32)
+    >>> row = r.results.rows[0]
+    >>> row.gpus, row.max_concurrency >= 32
+    (4, True)
+    """
+    shape = resolve_model(model, params=params, hf_config=hf_config, cache_dir=cache_dir)
+    cfg = _run(None, {**settings, "mode": "inference"})
+    cat = catalog or load_catalog(cache_dir=cache_dir)
+    names = [gpu] if isinstance(gpu, str) else list(gpu or ())
+    resolved = cat.resolve_many(names) if names else [cat.resolve(g.id) for g in cat.gpus]
+    notes = [r.note for r in resolved if r.note]
+    rows = []
+    for res in resolved:
+        g = res.gpu
+        if tp is not None:
+            m = shape.transformer
+            if m is not None and not m.allows_tp(tp):
+                raise UsageError(f"tensor parallelism over {tp} GPUs does not divide {shape.name}'s {m.heads} "
+                                 f"attention heads and {m.n_kv_heads} KV heads", field="tp")
+            run = cfg.model_copy(update=tensor_parallel(tp))
+            cap = serving_capacity(shape, run, g.memory_bytes, context, utilization=gpu_memory_utilization)
+            ok = cap.max_concurrency >= (users or 1)
+            rows.append(ServeRow(gpu_id=g.id, gpu_name=g.name, memory_bytes=g.memory_bytes, gpus=tp if ok else None,
+                                 max_concurrency=cap.max_concurrency, capacity=cap, tried=(cap,)))
+            continue
+        plan = fewest_gpus_to_serve(shape, cfg, g.memory_bytes, context, users or 1,
+                                    utilization=gpu_memory_utilization, max_gpus=max_tp)
+        best = plan.capacity or (plan.tried[-1] if plan.tried else None)
+        rows.append(ServeRow(gpu_id=g.id, gpu_name=g.name, memory_bytes=g.memory_bytes, gpus=plan.gpus,
+                             max_concurrency=best.max_concurrency if best else 0, capacity=plan.capacity,
+                             tried=plan.tried))
+    inputs = {"model": shape.name, "params": shape.params, "context_tokens": context, "users": users, "tp": tp,
+              "max_tp": max_tp,
+              "gpu_memory_utilization": gpu_memory_utilization, "block_tokens": BLOCK_TOKENS,
+              **cfg.model_dump(mode="json", include={"precision", "kv_cache", "flash_attention", "weight_format"}),
+              "gpus_checked": [r.gpu.id for r in resolved]}
+    results = ServeResults(model=shape.name, context_tokens=context, users=users, rows=tuple(rows),
+                           serves_on=tuple(r.gpu_id for r in rows if r.gpus is not None))
+    return ServeResult(input=inputs, results=results, notes=tuple(notes))
