@@ -69,8 +69,8 @@ def parse_size(text: str, *, what: str = "size", default_unit: str = "gib") -> i
             "(GiB = 2^30 bytes, GB = 10^9 bytes)"
         )
     number = float(match.group(1)) * _SIZE_UNITS[unit]
-    if not math.isfinite(number) or number < 0:
-        raise ValueError(f"{what} {text!r} must not be negative")
+    if not math.isfinite(number):  # (the pattern has no sign, so it is never negative)
+        raise ValueError(f"{what} {text!r} is too large to be a size")
     return int(round(number))
 
 

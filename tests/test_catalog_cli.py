@@ -275,6 +275,10 @@ BAD = {
     "fp64_over_fp32": ("gpus:\n  - id: t4\n    fp64_tflops: 50\n", "entry 't4': fp64_tflops: 50.0 exceeds fp32_tflops"),
     "duplicate": ("gpus:\n  - id: t4\n    tdp_w: 70\n  - id: t4\n    tdp_w: 75\n", "entry 't4': id: duplicate id in the same file"),
     "not_a_list": ("gpus: 3\n", "expected a list of GPU entries"),
+    "unknown_derivation_rule": ("gpus:\n  - id: quadro-gv100\n    derived:\n      tensor_fp16_tflops: no-such-rule\n",
+                                "entry 'quadro-gv100': derived: tensor_fp16_tflops: no rule 'no-such-rule'"),
+    "value_against_its_rule": ("gpus:\n  - id: quadro-gv100\n    tensor_fp16_tflops: 100\n",
+                               "entry 'quadro-gv100': derived: tensor_fp16_tflops: 100 is not what 'tensor-fp16-volta' gives"),
     "missing_fields_new_entry": ("gpus:\n  - id: my-card\n    name: My card\n", "entry 'my-card': segment: Field required"),
 }
 

@@ -681,3 +681,13 @@ def test_fit_model_local_uses_free_memory(fake_lib: Path, tmp_path: Path) -> Non
     assert row["capacity_source"] == "probe-free"
     assert row["gpu_id"] == "v100-sxm2-16gb"
     assert row["memory_bytes"] < 16 * GIB  # what NVML reports free, not the datasheet size
+
+
+def test_starter_catalog_yaml_escapes_control_and_bidi_characters() -> None:
+    """A hostile device name round-trips through the YAML but never reaches the
+    terminal as a raw escape sequence or a bidirectional override."""
+    name = "NVIDIA \u202eevil\x1b[31m GPU"
+    text = starter_catalog_yaml([dev(0, name=name, memory_total_bytes=24 * GIB, compute_capability="8.9")])
+    assert "\u202e" not in text and "\x1b" not in text
+    (entry,) = yaml.safe_load(text)["gpus"]
+    assert entry["name"] == name

@@ -307,6 +307,8 @@ CASES: dict[str, Case] = {
                               lambda f: "--nodes"),
     "overhead-1e30-gib": (lambda f: ["fit-model", "--params", "7B", "--overhead", "1e30GiB"], {}, 2,
                           lambda f: "--overhead"),
+    "overhead-1e300-gib": (lambda f: ["fit-model", "--params", "7B", "--overhead", "1e300GiB"], {}, 2,
+                           lambda f: "--overhead '1e300GiB' is too large to be a size"),
     "batch-0-usage": (lambda f: ["estimate", "--model", "resnet50", "--gpu", "a100", "--batch", "0"], {}, 2,
                       lambda f: "--batch"),
     "unknown-option": (lambda f: ["estimate", "--no-such-option", "1"], {}, 2, lambda f: "--no-such-option"),

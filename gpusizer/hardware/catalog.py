@@ -730,6 +730,7 @@ def _implausible(gpu: Gpu) -> str | None:
 
 def merge_entries(
     documents: Sequence[tuple[str, list[dict[str, Any]]]],
+    rules: Derivations | None = None,
 ) -> tuple[Gpu, ...]:
     """Merge catalog documents in order.
 
@@ -737,7 +738,9 @@ def merge_entries(
     exists overrides the given fields of the existing entry; a new id adds an
     entry. A duplicate id within one file is an error. Every merged entry is
     validated whole (types, ranges, cross-field and plausibility checks), and
-    an error names the file that last changed it.
+    an error names the file that last changed it. With ``rules``, the values an
+    entry declares derived are checked against their rules here, so that error
+    names its file too.
     """
     merged: dict[str, tuple[dict[str, Any], str]] = {}
     for origin, entries in documents:
@@ -753,7 +756,14 @@ def merge_entries(
             else:
                 merged[gpu_id] = (dict(raw), origin)
     gpus = tuple(_validate_entry(raw, origin) for raw, origin in merged.values())
-    _check_catalog(gpus, {gpu.id: origin for gpu, (_, origin) in zip(gpus, merged.values(), strict=True)})
+    origins = {gpu.id: origin for gpu, (_, origin) in zip(gpus, merged.values(), strict=True)}
+    _check_catalog(gpus, origins)
+    for gpu in gpus:
+        try:
+            if rules is not None:
+                _declared(gpu, rules, _inputs(gpu))
+        except DataFileError as exc:
+            raise DataFileError(f"{origins[gpu.id]}: {exc}") from None
     return gpus
 
 
@@ -809,7 +819,7 @@ def _read_files(paths: tuple[str, ...], cache_dir: Path | None, refresh: bool = 
     for path in paths:
         doc = datafiles.load_yaml(Path(path), cache_dir, refresh=refresh)
         documents.append((path, _entries_from_document(doc, path)))
-    return Catalog(gpus=merge_entries(documents), files=paths)
+    return Catalog(gpus=merge_entries(documents, load_derivations(cache_dir)), files=paths)
 
 
 def _validated_cache_path(paths: Sequence[str], cache_dir: Path | None) -> Path | None:

@@ -472,5 +472,7 @@ def starter_catalog_yaml(devices: Iterable[DeviceSnapshot]) -> str:
     for device in sorted(devices, key=lambda d: d.lost):
         entry = starter_entry(device)
         entries.setdefault(entry["id"], entry)
-    body = yaml.safe_dump({"gpus": list(entries.values())}, sort_keys=False, allow_unicode=True, width=100)
+    # ASCII only: a name NVML reports is written with \u escapes, so no control or
+    # bidirectional character reaches the terminal or the file as itself.
+    body = yaml.safe_dump({"gpus": list(entries.values())}, sort_keys=False, allow_unicode=False, width=100)
     return STARTER_HEADER + "\n" + body
