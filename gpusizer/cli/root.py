@@ -30,7 +30,7 @@ from typer.core import TyperGroup
 from gpusizer import __version__
 from gpusizer.errors import ExitCode, GpusizerError
 
-_STATE = {"debug": False}
+_STATE: dict[str, Any] = {"debug": False, "json": False, "args": (), "command": None}
 #: The longest error line printed; a longer one (a huge bad value) is cut.
 MAX_LINE = 400
 #: errno values that mean the output cannot be written (not a bug, not the input's fault)
@@ -55,8 +55,7 @@ def guarded(func: Callable[..., Any]) -> Callable[..., Any]:
                 _print_notes()
                 sys.stdout.flush()
         except GpusizerError as exc:
-            _print_error(describe(exc), exc.hint)
-            raise typer.Exit(int(exc.exit_code)) from None
+            _fail(describe(exc), exc.hint, int(exc.exit_code))
         except (typer.Exit, typer.Abort):
             raise
         except KeyboardInterrupt:
@@ -69,7 +68,7 @@ def guarded(func: Callable[..., Any]) -> Callable[..., Any]:
             if exc.errno not in _WRITE_ERRNOS or _STATE["debug"]:
                 return _internal(exc)
             _silence_stdout()
-            _print_error(f"cannot write the output: {exc.strerror or exc}", None)
+            _print_error(f"cannot write the output: {exc.strerror or exc}", None)  # (no JSON: stdout is gone)
             raise typer.Exit(int(ExitCode.INTERNAL)) from None
         except Exception as exc:
             return _internal(exc)
@@ -80,8 +79,57 @@ def guarded(func: Callable[..., Any]) -> Callable[..., Any]:
 def _internal(exc: Exception) -> NoReturn:
     if _STATE["debug"] or type(exc).__module__.startswith("typer"):
         raise exc
-    _print_error(f"internal error: {type(exc).__name__}: {exc}", "rerun with --debug for the traceback")
-    raise typer.Exit(int(ExitCode.INTERNAL)) from None
+    _fail(f"internal error: {type(exc).__name__}: {exc}", "rerun with --debug for the traceback",
+          int(ExitCode.INTERNAL))
+
+
+def _fail(message: str, hint: str | None, exit_code: int) -> NoReturn:
+    """Report a failure (and, under --json, its JSON document) and exit with ``exit_code``."""
+    _print_error(message, hint)
+    _json_error(message, hint, exit_code)
+    raise typer.Exit(exit_code)
+
+
+#: Bounds on the arguments echoed back in a JSON error document.
+_ECHO_ARGS, _ECHO_CHARS = 64, 200
+
+
+def _command_name(group: Any, args: Sequence[str]) -> str | None:
+    """The command the arguments name, as the success documents do ("fit-model",
+    "catalog show"); None when they name none."""
+    names, command = [], group
+    for token in args:
+        sub = getattr(command, "commands", {}).get(token)
+        if sub is None:
+            if token.startswith("-"):
+                continue  # (the root options take no value)
+            break
+        names.append(token)
+        command = sub
+    return " ".join(names) or None
+
+
+def _json_error(message: str, hint: str | None, exit_code: int) -> None:
+    """Under --json, the failure as one JSON document on stdout (docs/json.md), unless the
+    command already wrote its own document (``estimate`` when nothing fits)."""
+    from gpusizer.render.common import JSON_WRITTEN, emit_json
+
+    if not _STATE["json"] or JSON_WRITTEN["documents"]:
+        return
+    code = ExitCode(exit_code).name.lower() if exit_code in ExitCode.__members__.values() else "interrupted"
+    args = [a if len(a) <= _ECHO_CHARS else f"{a[: _ECHO_CHARS - 3]}..." for a in _STATE["args"][:_ECHO_ARGS]]
+    document = {
+        "schema_version": 1,
+        "command": _STATE["command"],
+        "input": {"arguments": args},
+        "error": {"code": code, "exit_code": exit_code, "message": _clean_line(message),
+                  "hint": _clean_line(hint) if hint else None},
+    }
+    try:
+        emit_json(document)
+        sys.stdout.flush()
+    except OSError:
+        _silence_stdout()  # (the reader went away: the exit code still says what happened)
 
 
 def _silence_stdout() -> None:
@@ -170,6 +218,12 @@ class GuardedGroup(TyperGroup):
              complete_var: str | None = None, standalone_mode: bool = True, **extra: Any) -> Any:
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        given = list(sys.argv[1:] if args is None else args)
+        options = given[: given.index("--")] if "--" in given else given
+        _STATE.update(json="--json" in options, args=tuple(given), command=_command_name(self, options))
+        from gpusizer.render.common import JSON_WRITTEN
+
+        JSON_WRITTEN["documents"] = 0
         try:
             rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
             code = rv if isinstance(rv, int) and not isinstance(rv, bool) else 0
@@ -178,6 +232,7 @@ class GuardedGroup(TyperGroup):
         except typer.Abort:
             _print_error("aborted", None)
             code = int(ExitCode.INTERNAL)
+            _json_error("aborted", None, code)
         except KeyboardInterrupt:
             code = 130
         sys.exit(_final_flush(code))
@@ -190,6 +245,7 @@ def _usage_error(exc: Any) -> int:
     ctx = getattr(exc, "ctx", None)
     hint = f"see '{ctx.command_path} --help'" if ctx is not None else None
     _print_error(str(exc.format_message()), hint)
+    _json_error(str(exc.format_message()), hint, int(exc.exit_code))
     return int(exc.exit_code)
 
 

@@ -110,9 +110,15 @@ def _finite(value: Any) -> Any:
     return value
 
 
+#: How many JSON documents this run has written to stdout (the CLI writes an error
+#: document under --json only when the command has not written its own).
+JSON_WRITTEN = {"documents": 0}
+
+
 def emit_json(document: Mapping[str, Any]) -> None:
     """One JSON document on stdout: always valid JSON (RFC 8259), so a number that is
     not finite is written as null, and always ASCII (non-ASCII text is escaped)."""
+    JSON_WRITTEN["documents"] += 1
     try:
         text = json.dumps(document, indent=2, sort_keys=False, allow_nan=False)
     except ValueError:
