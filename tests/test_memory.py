@@ -116,6 +116,37 @@ def test_rule_of_thumb_through_cli(cli_json, tmp_path):
     assert over["results"]["gpus"][0]["fits"] is False
 
 
+@pytest.mark.parametrize(("size", "published"), [("6GiB", 752_877_568), ("1536MiB", 148_897_792)])
+def test_rule_of_thumb_figures_for_a_card_given_by_its_memory(cli_json, size, published):
+    """SEED-FACTS (Dettmers): the same figures as above, asked with --memory instead of an
+    11-field catalog entry (the source's "6 GB" is 6,144 MB)."""
+    doc = cli_json("fit-model", "--params", str(published), "--method", "rule-of-thumb", "--memory", size)
+    (row,) = doc["results"]["gpus"]
+    assert row["rule_of_thumb_params"] == published and row["fits"] is True
+    assert row["gpu_id"] is None and row["gpu_name"] == f"{size} card" and row["capacity_source"] == "given"
+    assert doc["input"]["gpus_checked"] == [f"{size} card"]
+    over = cli_json("fit-model", "--params", str(published + 1), "--method", "rule-of-thumb", "--memory", size, code=4)
+    assert over["results"]["gpus"][0]["fits"] is False
+
+
+def test_memory_sizes_are_read_as_written_and_checked_next_to_catalog_gpus(cli_json):
+    doc = cli_json("fit-model", "--model", "resnet50", "--batch", "64", "--gpu", "rtx-3060",
+                   "--memory", "6GB", "--memory", "6GiB")
+    rows = {g["gpu_name"]: g for g in doc["results"]["gpus"]}
+    assert rows["6GB card"]["memory_bytes"] == 6 * 10**9 and rows["6GiB card"]["memory_bytes"] == 6 * 2**30
+    (catalog_row,) = [g for g in doc["results"]["gpus"] if g["gpu_id"] == "rtx-3060-12gb"]
+    assert catalog_row["capacity_source"] == "catalog" and len(rows) == 3
+    # more memory never holds a smaller batch
+    assert rows["6GB card"]["max_batch"] <= rows["6GiB card"]["max_batch"]
+
+
+@pytest.mark.parametrize(("size", "words"), [("lots", "is not a size"), ("1MB", "must be between"),
+                                             ("1e9TB", "must be between"), ("1e300GiB", "too large")])
+def test_a_bad_memory_size_is_a_usage_error(cli, size, words):
+    result = cli("fit-model", "--params", "7B", "--memory", size)
+    assert result.exit_code == 2 and result.stderr.startswith("Error: --memory: ") and words in result.stderr
+
+
 @pytest.mark.parametrize(
     ("precision", "optimizer", "bytes_per_param"),
     [

@@ -15,7 +15,15 @@ from gpusizer.errors import UsageError
 from gpusizer.hardware.catalog import Catalog
 from gpusizer.hardware.probe import ProbeReport
 from gpusizer.memory.estimate import MemoryBreakdown
-from gpusizer.memory.fit import FitReport, GpuFit, capacities_from_catalog, capacities_from_probe, fit_rule_of_thumb
+from gpusizer.memory.fit import (
+    Capacity,
+    FitReport,
+    GpuFit,
+    capacities_from_catalog,
+    capacities_from_probe,
+    capacities_from_sizes,
+    fit_rule_of_thumb,
+)
 from gpusizer.memory.fit import fit_model as _fit
 
 
@@ -33,6 +41,25 @@ class FitResults(BaseModel):
     fits_on: tuple[str, ...]
     verdict: str
 
+#: The range a card's memory may be given in: 64 MiB to 64 TiB.
+_CARD_BYTES = (1 << 26, 1 << 46)
+
+
+def _card_size(memory: str | int) -> tuple[str, int]:
+    """A size as written and in bytes; GB is 10^9 bytes, GiB 2^30, a bare number GiB."""
+    from gpusizer.units import format_bytes, parse_size
+
+    if isinstance(memory, int) and not isinstance(memory, bool):
+        size, text = memory, format_bytes(memory)
+    else:
+        try:
+            size, text = parse_size(str(memory), what="memory size"), str(memory)
+        except ValueError as exc:
+            raise UsageError(str(exc), field="memory") from None
+    _check_range(size, "memory", "a card's memory in bytes", *_CARD_BYTES)
+    return text, size
+
+
 class FitModelResult(Result):
     command: Literal["fit-model"] = "fit-model"
     results: FitResults
@@ -45,7 +72,7 @@ class FitModelResult(Result):
 
 def fit_model(
     model: str | ModelShape | None = None, *, params: str | int | None = None, hf_config: str | Path | None = None,
-    gpu: str | Sequence[str] | None = None, probe: ProbeReport | None = None,
+    gpu: str | Sequence[str] | None = None, probe: ProbeReport | None = None, memory: Sequence[str | int] = (),
     method: Literal["physics", "rule-of-thumb"] = "physics", run: RunConfig | None = None,
     catalog: Catalog | None = None, cache_dir: Path | None = None, **settings: Any,
 ) -> FitModelResult:
@@ -53,7 +80,9 @@ def fit_model(
 
     ``gpu`` names the catalog GPUs to check (default: the whole catalog);
     ``probe`` checks that machine's GPUs and their free memory instead
-    (``gpusizer.hardware.nvml.read_host()`` reads one). ``settings`` are :class:`RunConfig` fields (``batch=8``,
+    (``gpusizer.hardware.nvml.read_host()`` reads one). ``memory`` adds cards known only
+    by their size (``"6GB"``, ``"24GiB"``, or bytes); without ``gpu`` or ``probe`` only
+    those are checked. ``settings`` are :class:`RunConfig` fields (``batch=8``,
     ``precision="bf16"``, ``mode="inference"``, ``gpus=4``, ``strategy="fsdp"``);
     ``run`` is a RunConfig to start from.
 
@@ -62,6 +91,8 @@ def fit_model(
     ('rtx-4090', 'a100-sxm4-80gb')
     >>> r.input["precision"], r.input["batch"]
     ('fp16', 1)
+    >>> fit_model("resnet50", memory=["6GB"], batch=64).results.gpus[0].gpu_name
+    '6GB card'
     """
     if method not in ("physics", "rule-of-thumb"):
         raise UsageError(f"method {method!r} is not physics or rule-of-thumb", field="method")
@@ -69,11 +100,12 @@ def fit_model(
     shape = resolve_model(model, params=params, hf_config=hf_config, cache_dir=cache_dir)
     cfg = _run(run, settings)
     notes: list[str] = []
+    capacities: list[Capacity] = []
     if probe is not None:
         if gpu:
             raise UsageError("check either a machine's GPUs or named catalog GPUs, not both", field="gpu")
         capacities = capacities_from_probe(probe)
-    else:
+    elif gpu or not memory:
         cat = catalog or load_catalog(cache_dir=cache_dir)
         if gpu:
             resolved = cat.resolve_many([gpu] if isinstance(gpu, str) else list(gpu))
@@ -81,6 +113,7 @@ def fit_model(
             capacities = capacities_from_catalog([r.gpu for r in resolved])
         else:
             capacities = capacities_from_catalog(cat.gpus)
+    capacities += capacities_from_sizes([_card_size(m) for m in memory])
     runner = fit_rule_of_thumb if method == "rule-of-thumb" else _fit
     report = runner(shape, cfg, capacities)
     inputs = {

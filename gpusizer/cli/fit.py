@@ -91,6 +91,9 @@ def fit_model_cmd(
     strategy: StrategyOptT = "ddp",
     gpu: Annotated[list[str] | None, typer.Option("--gpu", help="Check these GPUs (repeatable). Default: the whole catalog.")] = None,
     local: Annotated[bool, typer.Option("--local", help="Check this machine's GPUs and their free memory (NVML).")] = False,
+    memory: Annotated[list[str] | None, typer.Option("--memory", help=(
+        "Check a card known only by its memory, e.g. 6GB or 24GiB (GB = 10^9 bytes, GiB = 2^30; repeatable). "
+        "Without --gpu or --local, only these are checked."))] = None,
     overhead: Annotated[str | None, typer.Option(help="Fixed per-GPU overhead (CUDA context), e.g. 800MiB. Default 500 MiB.")] = None,
     method: Annotated[Literal["physics", "rule-of-thumb"], typer.Option(help="physics (default) or rule-of-thumb: (MB - 400) / 2 x 1024^2 / 4 params.")] = "physics",
     top: TopOpt = None,
@@ -105,6 +108,7 @@ def fit_model_cmd(
         raise UsageError("--local and --gpu cannot be combined")
     result = api.fit_model(
         model, params=params, hf_config=hf_config, gpu=gpu, probe=_local_report(catalog) if local else None,
+        memory=memory or (),
         method=method, catalog=None if local else _load_catalog(catalog), cache_dir=_cache_dir(),
         mode=mode, precision=precision, optimizer=optimizer,
         batch=batch, seq_len=seq_len, image_size=image_size, target_len=target_len, checkpointing=checkpointing,

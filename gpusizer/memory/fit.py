@@ -28,16 +28,21 @@ from gpusizer.memory.estimate import (
 )
 from gpusizer.units import MIB, format_bytes
 
+#: Where a capacity comes from: the catalog's datasheet size, the probe's free memory,
+#: or a size given on its own (``fit-model --memory 6GB``).
+CapacitySource = Literal["catalog", "probe-free", "given"]
+
 
 class Capacity(BaseModel):
-    """The memory a GPU offers to the run: the datasheet size, or what the probe saw free."""
+    """The memory a GPU offers to the run: the datasheet size, what the probe saw
+    free, or a size the user gave for a card that is not in the catalog."""
 
     model_config = ConfigDict(frozen=True)
 
     gpu: Gpu | None
     label: str
     memory_bytes: int
-    source: Literal["catalog", "probe-free"] = "catalog"
+    source: CapacitySource = "catalog"
 
 
 class GpuFit(BaseModel):
@@ -46,7 +51,7 @@ class GpuFit(BaseModel):
     gpu_id: str | None
     gpu_name: str
     memory_bytes: int
-    capacity_source: Literal["catalog", "probe-free"]
+    capacity_source: CapacitySource
     fits: bool
     total_bytes: int
     headroom_bytes: int
@@ -195,6 +200,12 @@ def _verdict(results: Sequence[GpuFit], cfg: RunConfig, breakdown: MemoryBreakdo
     if cfg.batch > 1:
         ideas.append("a smaller batch")
     return f"needs {need} {per}".rstrip() + f"; fits on no GPU as configured (try {', '.join(ideas)})"
+
+
+def capacities_from_sizes(sizes: Sequence[tuple[str, int]]) -> list[Capacity]:
+    """Cards known only by their memory: (the size as written, bytes) -> a capacity
+    labelled "6GB card". The whole size counts, as for a catalog GPU."""
+    return [Capacity(gpu=None, label=f"{text.strip()} card", memory_bytes=size, source="given") for text, size in sizes]
 
 
 def capacities_from_probe(report: object) -> list[Capacity]:

@@ -34,7 +34,7 @@ from gpusizer.domain.shape import ModelShape
 from gpusizer.errors import UsageError
 from gpusizer.hardware.catalog import SEGMENTS, TENSOR_FIELDS, VENDORS, Gpu
 from gpusizer.memory.estimate import fewest_gpus, largest_batch
-from gpusizer.memory.fit import Capacity, GpuFit, fit_model
+from gpusizer.memory.fit import Capacity, CapacitySource, GpuFit, fit_model
 from gpusizer.ranking.rules import (
     DERIVED_FIELDS,
     ORDERED_VALUES,
@@ -67,7 +67,7 @@ class Candidate(BaseModel):
     gpu: Gpu
     label: str
     capacity_bytes: int
-    capacity_source: Literal["catalog", "probe-free"] = "catalog"
+    capacity_source: CapacitySource = "catalog"
     #: how many of this GPU the machine has (ranking this machine's GPUs); None for the catalog
     count: int | None = None
 
