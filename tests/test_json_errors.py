@@ -93,3 +93,16 @@ def test_probe_without_a_driver_is_json_and_exit_5(installed, tmp_path) -> None:
     doc = _document(result.stdout)
     assert result.returncode == 5 and doc["command"] == "probe"
     assert doc["error"]["code"] == "no_device" and doc["error"]["hint"]
+
+
+def test_an_argument_that_is_not_utf8_is_echoed_as_valid_unicode(installed) -> None:
+    import os
+    import subprocess
+
+    from conftest import gpusizer_command
+
+    proc = subprocess.run([*map(os.fsencode, gpusizer_command()), b"fit-model", b"--model", b"res\xffnet", b"--json"],
+                          capture_output=True, timeout=120)
+    text = proc.stdout.decode("utf-8")  # strict: a lone surrogate would not encode as UTF-8 JSON text
+    assert proc.returncode == 2 and "res\\udcffnet" in json.loads(text)["input"]["arguments"]
+    json.loads(text)["input"]["arguments"][2].encode("utf-8")

@@ -349,3 +349,8 @@ def test_params_only_model_has_no_invented_largest_batch(cli, cli_json):
     human = cli("fit-model", "--params", "60M", "--gpu", "v100")
     assert human.exit_code == 0
     assert "unknown" in human.stdout and "1,048,576" not in human.stdout
+
+
+def test_a_repeated_memory_size_is_checked_once(cli_json):
+    doc = cli_json("fit-model", "--params", "60M", "--memory", "6GB", "--memory", "6GB")
+    assert doc["input"]["gpus_checked"] == ["6GB card"]

@@ -100,6 +100,7 @@ def fit_model(
     shape = resolve_model(model, params=params, hf_config=hf_config, cache_dir=cache_dir)
     cfg = _run(run, settings)
     notes: list[str] = []
+    given = capacities_from_sizes([_card_size(m) for m in dict.fromkeys(memory)])  # (checked first; a repeat once)
     capacities: list[Capacity] = []
     if probe is not None:
         if gpu:
@@ -113,7 +114,7 @@ def fit_model(
             capacities = capacities_from_catalog([r.gpu for r in resolved])
         else:
             capacities = capacities_from_catalog(cat.gpus)
-    capacities += capacities_from_sizes([_card_size(m) for m in memory])
+    capacities += given
     runner = fit_rule_of_thumb if method == "rule-of-thumb" else _fit
     report = runner(shape, cfg, capacities)
     inputs = {

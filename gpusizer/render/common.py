@@ -118,11 +118,11 @@ JSON_WRITTEN = {"documents": 0}
 def emit_json(document: Mapping[str, Any]) -> None:
     """One JSON document on stdout: always valid JSON (RFC 8259), so a number that is
     not finite is written as null, and always ASCII (non-ASCII text is escaped)."""
-    JSON_WRITTEN["documents"] += 1
     try:
         text = json.dumps(document, indent=2, sort_keys=False, allow_nan=False)
     except ValueError:
         text = json.dumps(_finite(document), indent=2, sort_keys=False, allow_nan=False)
+    JSON_WRITTEN["documents"] += 1
     sys.stdout.write(text)
     sys.stdout.write("\n")
 
