@@ -116,7 +116,7 @@ def _json_error(message: str, hint: str | None, exit_code: int) -> None:
 
     if not _STATE["json"] or JSON_WRITTEN["documents"]:
         return
-    code = ExitCode(exit_code).name.lower() if exit_code in ExitCode.__members__.values() else "interrupted"
+    code = ExitCode(exit_code).name.lower()  # (failures exit 1-5; Ctrl-C writes no document)
     # (an argument that was not valid UTF-8 holds lone surrogates: shown as \udcff text)
     args = [a.encode("utf-8", "backslashreplace").decode("utf-8") for a in _STATE["args"][:_ECHO_ARGS]]
     args = [a if len(a) <= _ECHO_CHARS else f"{a[: _ECHO_CHARS - 3]}..." for a in args]

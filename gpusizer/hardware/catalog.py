@@ -759,9 +759,10 @@ def merge_entries(
     origins = {gpu.id: origin for gpu, (_, origin) in zip(gpus, merged.values(), strict=True)}
     _check_catalog(gpus, origins)
     for gpu in gpus:
+        if rules is None:
+            break
         try:
-            if rules is not None:
-                _declared(gpu, rules, _inputs(gpu))
+            _declared(gpu, rules, _inputs(gpu))
         except DataFileError as exc:
             raise DataFileError(f"{origins[gpu.id]}: {exc}") from None
     return gpus
