@@ -19,6 +19,9 @@ class ExitCode(IntEnum):
     DATA = 3
     NOTHING_FITS = 4
     NO_DEVICE = 5
+    MISSING_EXTRA = 6
+    TRACE_FAILED = 7
+    HUB = 8
 
 
 class GpusizerError(Exception):
@@ -57,3 +60,21 @@ class NoDeviceError(GpusizerError):
     """No NVIDIA driver, library or GPU is available (probe and --local)."""
 
     exit_code = ExitCode.NO_DEVICE
+
+
+class MissingExtraError(GpusizerError):
+    """An optional capability whose packages are not installed (``gpusizer[torch]``, ``gpusizer[hub]``)."""
+
+    exit_code = ExitCode.MISSING_EXTRA
+
+
+class TraceError(GpusizerError):
+    """Exact mode could not build the model or run its step under fake tensors."""
+
+    exit_code = ExitCode.TRACE_FAILED
+
+
+class HubError(GpusizerError):
+    """A model's config could not be had from the Hugging Face Hub: missing, gated, or offline."""
+
+    exit_code = ExitCode.HUB

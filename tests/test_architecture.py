@@ -32,7 +32,7 @@ LAYERS: dict[str, int] = {
     "domain": 1,
     "hardware": 2, "models": 2,
     "memory": 3,
-    "performance": 4,
+    "performance": 4, "exact": 4,
     "ranking": 5,
     "api": 6,
     "render": 7,
@@ -81,6 +81,29 @@ GRAPH = {name: _imports(name, tree) for name, tree in MODULES.items()}
 def _layer(module: str) -> int | None:
     parts = module.split(".")
     return LAYERS.get(parts[1]) if len(parts) > 1 else None
+
+
+#: the optional extras' packages, and the only modules that may import them
+HEAVY = ("torch", "torchvision", "transformers", "peft", "huggingface_hub")
+HEAVY_HOMES = {"gpusizer.exact._tracker", "gpusizer.exact._build", "gpusizer.exact._step", "gpusizer.exact.trace",
+               "gpusizer.models.hub"}
+
+
+def test_heavy_extras_are_imported_only_by_their_modules():
+    """torch, transformers and huggingface_hub stay out of the default install's code paths:
+    only exact mode's private modules and the Hub reader import them (inside functions,
+    except the private modules, which only exact mode loads)."""
+    wrong = []
+    for name, tree in MODULES.items():
+        for node in ast.walk(tree):
+            mods = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            if any(m.split(".")[0] in HEAVY for m in mods) and name not in HEAVY_HOMES:
+                wrong.append(f"{name}:{node.lineno} imports {mods[0]}")
+    assert not wrong, wrong
+    public_users = {m for m, deps in GRAPH.items() if m not in HEAVY_HOMES and not m.startswith("gpusizer.exact")
+                    and deps & {"gpusizer.exact._tracker", "gpusizer.exact._build", "gpusizer.exact._step"}}
+    assert not public_users, f"only gpusizer.exact may load its torch modules: {public_users}"
 
 
 def test_no_import_cycles():

@@ -87,11 +87,13 @@ def load_catalog(files: Sequence[str | Path] = (), *, cache_dir: Path | None = N
 
 def resolve_model(
     model: str | ModelShape | None = None, *, params: str | int | None = None, hf_config: str | Path | None = None,
-    cache_dir: Path | None = None,
+    cache_dir: Path | None = None, hf_model: str | None = None,
 ) -> ModelShape:
     """A model shape from exactly one of: a zoo name (or a ModelShape), a parameter
-    count (``60M``, ``7e9`` or an int), or a local Hugging Face ``config.json``."""
-    given = [n for n, v in (("model", model), ("params", params), ("hf_config", hf_config)) if v is not None]
+    count (``60M``, ``7e9`` or an int), a local Hugging Face ``config.json``, or a
+    Hub repository id whose config.json is read from the cache or downloaded."""
+    given = [n for n, v in (("model", model), ("params", params), ("hf_config", hf_config), ("hf_model", hf_model))
+             if v is not None]
     if len(given) != 1:
         raise UsageError(
             "give exactly one of a model name, a parameter count or a Hugging Face config"
@@ -114,6 +116,10 @@ def resolve_model(
         return shape_from_model(load_zoo(cache_dir=cache_dir).resolve(model))
     from gpusizer.models.hfconfig import load_hf_config
 
+    if hf_model is not None:
+        from gpusizer.models.hub import hub_config_path
+
+        return shape_from_model(load_hf_config(hub_config_path(hf_model)))
     return shape_from_model(load_hf_config(Path(str(hf_config))))
 
 def _run(run: RunConfig | None, settings: dict[str, Any]) -> RunConfig:

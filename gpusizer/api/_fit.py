@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -12,6 +12,7 @@ from gpusizer.api._common import _FROZEN, MAX_OVERHEAD_BYTES, Result, _check_ran
 from gpusizer.domain.run import RunConfig
 from gpusizer.domain.shape import ModelShape
 from gpusizer.errors import UsageError
+from gpusizer.exact.source import ExactTrace
 from gpusizer.hardware.catalog import Catalog
 from gpusizer.hardware.probe import ProbeReport
 from gpusizer.memory.estimate import MemoryBreakdown
@@ -34,12 +35,14 @@ class FitResults(BaseModel):
 
     model: str
     params: int
-    method: Literal["physics", "rule-of-thumb"]
+    method: Literal["physics", "rule-of-thumb", "exact"]
     breakdown: MemoryBreakdown
     gpus: tuple[GpuFit, ...]
     #: ids (or names) of the GPUs it fits on
     fits_on: tuple[str, ...]
     verdict: str
+    #: exact mode: the traced step at the run's batch (null otherwise)
+    trace: ExactTrace | None = None
 
 #: The range a card's memory may be given in: 64 MiB to 64 TiB.
 _CARD_BYTES = (1 << 26, 1 << 46)
@@ -72,9 +75,12 @@ class FitModelResult(Result):
 
 def fit_model(
     model: str | ModelShape | None = None, *, params: str | int | None = None, hf_config: str | Path | None = None,
+    hf_model: str | None = None, torch_model: str | None = None, input_shape: str | Sequence[int] | None = None,
+    trust_remote_code: bool = False,
     gpu: str | Sequence[str] | None = None, probe: ProbeReport | None = None, memory: Sequence[str | int] = (),
-    method: Literal["physics", "rule-of-thumb"] = "physics", run: RunConfig | None = None,
-    catalog: Catalog | None = None, cache_dir: Path | None = None, **settings: Any,
+    method: Literal["physics", "rule-of-thumb", "exact"] = "physics", run: RunConfig | None = None,
+    catalog: Catalog | None = None, cache_dir: Path | None = None, progress: Callable[[str], None] | None = None,
+    **settings: Any,
 ) -> FitModelResult:
     """Training or inference memory of a model, and which GPUs hold it.
 
@@ -86,6 +92,11 @@ def fit_model(
     ``precision="bf16"``, ``mode="inference"``, ``gpus=4``, ``strategy="fsdp"``);
     ``run`` is a RunConfig to start from.
 
+    ``method="exact"`` builds the model (``hf_config``, ``hf_model`` or ``torch_model``,
+    ``"torchvision.models:vit_b_16"``) and counts the live tensors of a real step under
+    fake tensors; it needs ``gpusizer[torch]``. ``progress`` is called with a phase name
+    as the trace goes on. ``hf_model`` (a Hub repo id) works for the analytic path too.
+
     >>> r = fit_model("llama-2-7b", gpu=["RTX 4090", "A100 80GB SXM4"], mode="inference")
     >>> r.results.fits_on
     ('rtx-4090', 'a100-sxm4-80gb')
@@ -94,11 +105,12 @@ def fit_model(
     >>> fit_model("resnet50", memory=["6GB"], batch=64).results.gpus[0].gpu_name
     '6GB card'
     """
-    if method not in ("physics", "rule-of-thumb"):
-        raise UsageError(f"method {method!r} is not physics or rule-of-thumb", field="method")
+    if method not in ("physics", "rule-of-thumb", "exact"):
+        raise UsageError(f"method {method!r} is not physics, rule-of-thumb or exact", field="method")
     _check_range(settings.get("context_bytes"), "context_bytes", "the fixed overhead in bytes", 0, MAX_OVERHEAD_BYTES)
-    shape = resolve_model(model, params=params, hf_config=hf_config, cache_dir=cache_dir)
     cfg = _run(run, settings)
+    shape, source = _model_for(method, model, params, hf_config, hf_model, torch_model, input_shape,
+                               trust_remote_code, cache_dir)
     notes: list[str] = []
     given = capacities_from_sizes([_card_size(m) for m in dict.fromkeys(memory)])  # (checked first; a repeat once)
     capacities: list[Capacity] = []
@@ -115,16 +127,51 @@ def fit_model(
         else:
             capacities = capacities_from_catalog(cat.gpus)
     capacities += given
-    runner = fit_rule_of_thumb if method == "rule-of-thumb" else _fit
-    report = runner(shape, cfg, capacities)
-    inputs = {
-        "model": shape.name, "params": shape.params, "method": method, **cfg.model_dump(mode="json"),
-        "gpus_checked": [c.label for c in capacities],
-        "local": probe is not None,
-    }
+    traced: ExactTrace | None = None
+    if shape is None:
+        report, traced, exact_input = _exact(source, cfg, capacities, progress)
+        inputs: dict[str, Any] = {"model": report.model_name, "params": report.params, "method": method,
+                                  **cfg.model_dump(mode="json"), "exact": exact_input}
+    else:
+        runner = fit_rule_of_thumb if method == "rule-of-thumb" else _fit
+        report = runner(shape, cfg, capacities)
+        inputs = {"model": shape.name, "params": shape.params, "method": method, **cfg.model_dump(mode="json")}
+    inputs.update(gpus_checked=[c.label for c in capacities], local=probe is not None)
     results = FitResults(
         model=report.model_name, params=report.params, method=report.method, breakdown=report.breakdown,
         gpus=report.gpus, fits_on=tuple(g.gpu_id or g.gpu_name for g in report.gpus if g.fits),
-        verdict=report.verdict,
+        verdict=report.verdict, trace=traced,
     )
     return FitModelResult(input=inputs, results=results, notes=(*notes, *report.notes), report=report)
+
+
+def _model_for(method: str, model: str | ModelShape | None, params: str | int | None, hf_config: str | Path | None,
+               hf_model: str | None, torch_model: str | None, input_shape: str | Sequence[int] | None,
+               trust_remote_code: bool, cache_dir: Path | None) -> tuple[ModelShape | None, Any]:
+    """The analytic path's shape, or the model exact mode builds (its ModelSource)."""
+    if method == "exact":
+        from gpusizer.exact.trace import make_source
+
+        others = [n for n, v in (("model", model), ("params", params)) if v is not None]
+        return None, make_source(hf_config=hf_config, hf_model=hf_model, torch_model=torch_model,
+                                 input_shape=input_shape, trust_remote_code=trust_remote_code, others=others)
+    if torch_model is not None:
+        raise UsageError("a Python model is measured by exact mode only", hint="measure it with exact mode", field="torch_model")
+    if input_shape is not None:
+        raise UsageError("an input shape is for exact mode with a model built by a Python callable", field="input_shape")
+    return resolve_model(model, params=params, hf_config=hf_config, cache_dir=cache_dir, hf_model=hf_model), None
+
+
+def _exact(source: Any, cfg: RunConfig, capacities: Sequence[Capacity],
+           progress: Callable[[str], None] | None) -> tuple[FitReport, ExactTrace, dict[str, Any]]:
+    """Trace the run at its batch and at twice it (for the largest batch), and report."""
+    from gpusizer.exact.fit import exact_fit
+    from gpusizer.exact.trace import source_label, trace
+
+    first = trace(source, cfg, progress)
+    second_batch = cfg.batch * 2
+    second = trace(source, cfg.model_copy(update={"batch": second_batch}), progress)
+    report = exact_fit((first, second), (cfg.batch, second_batch), cfg, capacities, source_label(source))
+    echo = {"source": source.kind, "ref": source.ref, "traced_batches": [cfg.batch, second_batch],
+            "versions": first.versions, "trust_remote_code": source.trust_remote_code}
+    return report, first, echo

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+import contextlib
+import time
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
+
+if TYPE_CHECKING:
+    from gpusizer.api import FitModelResult
 
 from gpusizer.cli.options import (
     AttentionOpt,
@@ -12,11 +18,14 @@ from gpusizer.cli.options import (
     CatalogOpt,
     CheckpointOpt,
     DoubleQuantOpt,
+    ExactOpt,
     FlashOpt,
     GradAccumOpt,
     HeadOptT,
     HfConfigOpt,
+    HfModelOpt,
     ImageOpt,
+    InputShapeOpt,
     JsonOpt,
     KvCacheOpt,
     LogitsOpt,
@@ -32,7 +41,9 @@ from gpusizer.cli.options import (
     SeqOpt,
     StrategyOptT,
     TopOpt,
+    TorchModelOpt,
     TrainOpt,
+    TrustRemoteCodeOpt,
     WeightsOpt,
     _cache_dir,
     _console,
@@ -65,6 +76,11 @@ def fit_model_cmd(
     params: ParamsOpt = None,
     model: ModelOpt = None,
     hf_config: HfConfigOpt = None,
+    hf_model: HfModelOpt = None,
+    torch_model: TorchModelOpt = None,
+    input_shape: InputShapeOpt = None,
+    exact: ExactOpt = False,
+    trust_remote_code: TrustRemoteCodeOpt = False,
     batch: BatchOpt = None,
     seq_len: SeqOpt = None,
     image_size: ImageOpt = None,
@@ -95,7 +111,7 @@ def fit_model_cmd(
         "Check a card known only by its memory, e.g. 6GB or 24GiB (GB = 10^9 bytes, GiB = 2^30; repeatable). "
         "Without --gpu or --local, only these are checked."))] = None,
     overhead: Annotated[str | None, typer.Option(help="Fixed per-GPU overhead (CUDA context), e.g. 800MiB. Default 500 MiB.")] = None,
-    method: Annotated[Literal["physics", "rule-of-thumb"], typer.Option(help="physics (default) or rule-of-thumb: (MB - 400) / 2 x 1024^2 / 4 params.")] = "physics",
+    method: Annotated[Literal["physics", "rule-of-thumb", "exact"], typer.Option(help="physics (default), rule-of-thumb: (MB - 400) / 2 x 1024^2 / 4 params, or exact (as --exact).")] = "physics",
     top: TopOpt = None,
     catalog: CatalogOpt = None,
     json_out: JsonOpt = False,
@@ -106,18 +122,28 @@ def fit_model_cmd(
     mode = "train" if train else "inference"
     if local and gpu:
         raise UsageError("--local and --gpu cannot be combined")
-    result = api.fit_model(
-        model, params=params, hf_config=hf_config, gpu=gpu, probe=_local_report(catalog) if local else None,
-        memory=memory or (),
-        method=method, catalog=None if local else _load_catalog(catalog), cache_dir=_cache_dir(),
-        mode=mode, precision=precision, optimizer=optimizer,
-        batch=batch, seq_len=seq_len, image_size=image_size, target_len=target_len, checkpointing=checkpointing,
-        attention="fused" if flash_attention else attention, logits=logits, kv_cache=kv_cache,
-        adapter=adapter_settings(lora, qlora, lora_targets, double_quant),
-        offload=offload, offload_to=offload_to, weight_format=weights, loss=loss,
-        head=head, persistent_grads=grad_accumulation > 1, gpus=gpus,
-        strategy=strategy, context_bytes=_parse_overhead(overhead),
-    )
+    if exact:
+        if method == "rule-of-thumb":
+            raise UsageError("--exact and --method rule-of-thumb cannot be combined")
+        method = "exact"
+    with _tracing_status(ctx, enabled=method == "exact" and not json_out) as progress:
+        result = api.fit_model(
+            model, params=params, hf_config=hf_config, hf_model=hf_model, torch_model=torch_model,
+            input_shape=input_shape, trust_remote_code=trust_remote_code, progress=progress, gpu=gpu, probe=_local_report(catalog) if local else None,
+            memory=memory or (),
+            method=method, catalog=None if local else _load_catalog(catalog), cache_dir=_cache_dir(),
+            mode=mode, precision=precision, optimizer=optimizer,
+            batch=batch, seq_len=seq_len, image_size=image_size, target_len=target_len, checkpointing=checkpointing,
+            attention="fused" if flash_attention else attention, logits=logits, kv_cache=kv_cache,
+            adapter=adapter_settings(lora, qlora, lora_targets, double_quant),
+            offload=offload, offload_to=offload_to, weight_format=weights, loss=loss,
+            head=head, persistent_grads=grad_accumulation > 1, gpus=gpus,
+            strategy=strategy, context_bytes=_parse_overhead(overhead),
+        )
+    _print_fit(ctx, result, json_out, top)
+
+
+def _print_fit(ctx: typer.Context, result: FitModelResult, json_out: bool, top: int | None) -> None:
     if json_out:
         from gpusizer.render.common import emit_json
 
@@ -132,3 +158,32 @@ def fit_model_cmd(
         console.print(f"Verdict: {result.results.verdict}", markup=False)
     if not result.fits:
         raise typer.Exit(int(ExitCode.NOTHING_FITS))
+
+
+@contextlib.contextmanager
+def _tracing_status(ctx: typer.Context, *, enabled: bool) -> Iterator[Callable[[str], None] | None]:
+    """A spinner on a terminal's stderr while exact mode traces, shown once it has run
+    for a second (the trace reports each phase as it starts)."""
+    if not enabled:
+        yield None
+        return
+    console = _console(ctx, stderr=True)
+    if not console.is_terminal:
+        yield None
+        return
+    status = console.status("exact mode: starting")
+    started = time.monotonic()
+    shown = False
+
+    def update(phase: str) -> None:
+        nonlocal shown
+        status.update(f"exact mode: {phase}")
+        if not shown and time.monotonic() - started > 1.0:
+            status.start()
+            shown = True
+
+    try:
+        yield update
+    finally:
+        if shown:
+            status.stop()

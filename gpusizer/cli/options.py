@@ -74,6 +74,19 @@ ParamsOpt = Annotated[str | None, typer.Option("--params", help="Parameter count
 ModelOpt = Annotated[str | None, typer.Option("--model", help="A model from the zoo (gpusizer models), e.g. resnet50, llama-2-7b.")]
 HfConfigOpt = Annotated[Path | None, typer.Option("--hf-config", readable=False,
                                                   help="A local Hugging Face config.json (no network).")]
+HfModelOpt = Annotated[str | None, typer.Option("--hf-model", metavar="ORG/NAME", help=(
+    "A Hugging Face Hub model: its config.json from the local cache, or downloaded (HF_TOKEN, "
+    "HF_HUB_OFFLINE and HF_ENDPOINT apply; needs gpusizer[hub])."))]
+TorchModelOpt = Annotated[str | None, typer.Option("--torch-model", metavar="MODULE:CALLABLE", help=(
+    "Exact mode: a callable that returns a torch.nn.Module, e.g. torchvision.models:resnet101 "
+    "(input: --image-size, or --input-shape)."))]
+InputShapeOpt = Annotated[str | None, typer.Option("--input-shape", metavar="C,H,W", help=(
+    "Exact mode with --torch-model: one sample's input shape without the batch, e.g. 3,224,224."))]
+ExactOpt = Annotated[bool, typer.Option("--exact", help=(
+    "Build the real model and count the live tensors of a real step under PyTorch's fake tensors "
+    "(needs gpusizer[torch]; docs/method.md, 'Exact mode')."))]
+TrustRemoteCodeOpt = Annotated[bool, typer.Option("--trust-remote-code", help=(
+    "Exact mode: run the model repository's own Python code (auto_map). Only for code you trust."))]
 BatchOpt = Annotated[int | None, typer.Option("--batch", min=1, help="Batch per GPU (per model replica with tp). Default 1.")]
 SeqOpt = Annotated[int | None, typer.Option("--seq-len", min=1, help="Sequence length in tokens (transformers, RNNs).")]
 AttentionOpt = Annotated[Attention, typer.Option(

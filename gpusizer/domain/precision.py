@@ -79,6 +79,8 @@ class Storage(BaseModel):
     #: PyTorch autocast (AMP): fp32 residual stream, fp32 softmax, and 16-bit
     #: copies of the layer weights saved for backward
     autocast: bool = False
+    #: the torch dtype exact mode stores weights in (None: exact mode cannot build it)
+    torch_dtype: Literal["float64", "float32", "float16", "bfloat16"] | None = None
 
 
 class Precision(BaseModel):
@@ -143,11 +145,13 @@ class Precision(BaseModel):
 #:   reduces gradients in bf16 (grad_reduce_in_fp32=False).
 _SPECS = (
     Precision(name="fp64", description="FP64 units, fp64 storage", storage_train="fp64", storage_inference="fp64",
-              storage=Storage(weight_bytes=8, grad_bytes=8, optimizer_state_bytes=8, activation_bytes=8),
+              storage=Storage(weight_bytes=8, grad_bytes=8, optimizer_state_bytes=8, activation_bytes=8,
+                              torch_dtype="float64"),
               compute_element_bytes=8, kv_element_bytes=8, traffic_activation_bytes=8, tensor_field=None, without_tensor="fp64-units"),
     Precision(name="fp32", description="FP32 storage; TF32 Tensor Cores on Ampere+ unless strict",
               storage_train="fp32", storage_inference="fp32",
-              storage=Storage(weight_bytes=4, grad_bytes=4, optimizer_state_bytes=4, activation_bytes=4),
+              storage=Storage(weight_bytes=4, grad_bytes=4, optimizer_state_bytes=4, activation_bytes=4,
+                              torch_dtype="float32"),
               compute_element_bytes=4, kv_element_bytes=4, traffic_activation_bytes=4,
               tensor_field=None, tf32_field="tensor_tf32_tflops"),
     Precision(name="tf32", description="TF32 Tensor Core matmuls, fp32 storage", storage_train="fp32",
@@ -156,17 +160,19 @@ _SPECS = (
     Precision(name="mixed", description="AMP: FP16 Tensor Cores, fp32 master weights", storage_train="mixed",
               storage_inference="mixed",
               storage=Storage(weight_bytes=4, grad_bytes=4, optimizer_state_bytes=4, activation_bytes=2,
-                              autocast=True),
+                              autocast=True, torch_dtype="float32"),
               compute_element_bytes=2, kv_element_bytes=2, traffic_activation_bytes=2,
               tensor_field="tensor_fp16_tflops", tensor_label="fp16 Tensor Core (fp32 accumulate)", without_tensor="cuda-16bit"),
     Precision(name="fp16", description="pure FP16: weights, gradients and optimizer state in 16 bits",
               storage_train="fp16", storage_inference="fp16",
-              storage=Storage(weight_bytes=2, grad_bytes=2, optimizer_state_bytes=2, activation_bytes=2),
+              storage=Storage(weight_bytes=2, grad_bytes=2, optimizer_state_bytes=2, activation_bytes=2,
+                              torch_dtype="float16"),
               compute_element_bytes=2, kv_element_bytes=2, traffic_activation_bytes=2,
               tensor_field="tensor_fp16_tflops", tensor_label="fp16 Tensor Core (fp32 accumulate)", without_tensor="cuda-16bit"),
     Precision(name="bf16", description="pure BF16: weights, gradients and optimizer state in 16 bits",
               storage_train="bf16", storage_inference="bf16",
-              storage=Storage(weight_bytes=2, grad_bytes=2, optimizer_state_bytes=2, activation_bytes=2),
+              storage=Storage(weight_bytes=2, grad_bytes=2, optimizer_state_bytes=2, activation_bytes=2,
+                              torch_dtype="bfloat16"),
               compute_element_bytes=2, kv_element_bytes=2, traffic_activation_bytes=2,
               tensor_field="tensor_bf16_tflops", tensor_label="bf16 Tensor Core", same_rate_as="fp16",
               same_rate_from="ampere"),

@@ -64,6 +64,8 @@ class GpuFit(BaseModel):
     rule_of_thumb_params: int | None = None
     #: why ``max_batch`` is null; null when it is a number
     max_batch_reason: str | None = None
+    #: why ``min_gpus`` is null when that is not "no count is enough"
+    min_gpus_reason: str | None = None
 
 
 class FitReport(BaseModel):
@@ -71,7 +73,7 @@ class FitReport(BaseModel):
 
     model_name: str
     params: int
-    method: Literal["physics", "rule-of-thumb"]
+    method: Literal["physics", "rule-of-thumb", "exact"]
     config: RunConfig
     breakdown: MemoryBreakdown
     gpus: tuple[GpuFit, ...]
@@ -127,7 +129,7 @@ def fit_model(shape: ModelShape, cfg: RunConfig, capacities: Sequence[Capacity])
         config=cfg,
         breakdown=breakdown,
         gpus=results,
-        verdict=_verdict(results, cfg, breakdown),
+        verdict=verdict(results, cfg, breakdown),
         notes=breakdown.notes,
     )
 
@@ -164,12 +166,12 @@ def fit_rule_of_thumb(shape: ModelShape, cfg: RunConfig, capacities: Sequence[Ca
         config=cfg,
         breakdown=breakdown,
         gpus=tuple(results),
-        verdict=_verdict(tuple(results), cfg, breakdown),
+        verdict=verdict(tuple(results), cfg, breakdown),
         notes=notes,
     )
 
 
-def _verdict(results: Sequence[GpuFit], cfg: RunConfig, breakdown: MemoryBreakdown) -> str:
+def verdict(results: Sequence[GpuFit], cfg: RunConfig, breakdown: MemoryBreakdown) -> str:
     need = format_bytes(breakdown.total_bytes)
     per = "per GPU" if cfg.gpus > 1 else ""
     fitting = [r for r in results if r.fits]

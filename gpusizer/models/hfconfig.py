@@ -516,7 +516,9 @@ def model_from_hf_config(doc: object, origin: str) -> Model:
     if family is None:
         raise DataFileError(
             f"{origin}: model_type {datafiles.quote(model_type)} is not supported; supported: "
-            f"{', '.join(SUPPORTED_MODEL_TYPES)}"
+            f"{', '.join(SUPPORTED_MODEL_TYPES)}",
+            hint="exact mode (fit-model's exact method) builds any model transformers knows and counts its "
+                 "memory (pip install 'gpusizer[torch]')",
         )
     fields = family.build(c, family)
     model_id, name = _naming(c, model_type)

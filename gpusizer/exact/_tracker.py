@@ -1,0 +1,201 @@
+"""Counting live tensor memory: a dispatch mode over every ATen op, and the CPU
+code paths changed to behave as CUDA's do. Needs torch."""
+
+from __future__ import annotations
+
+import weakref
+from collections import defaultdict
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten, tree_map
+
+#: what a storage holds: weight | buffer | input | grad | optimizer | kv_cache | other
+KINDS = ("weight", "buffer", "input", "grad", "optimizer", "kv_cache", "other")
+
+
+class Info:
+    """One live storage: its size, what holds it and the op that made it."""
+
+    __slots__ = ("nbytes", "kind", "weight_copy")
+
+    def __init__(self, nbytes: int, kind: str) -> None:
+        self.nbytes = nbytes
+        self.kind = kind
+        #: a _to_copy of a weight (autocast's cached 16-bit copies)
+        self.weight_copy = False
+
+
+class LiveTensorTracker(TorchDispatchMode):  # type: ignore[misc]
+    """The sum of the bytes of all distinct live tensor storages, and its peak.
+
+    Every op's outputs are registered by storage, so views are counted once; a
+    ``weakref.finalize`` on the storage subtracts it when PyTorch frees it. The
+    peak is checked after every op, so an op's output and its still-referenced
+    inputs count together, as on a GPU.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.live: dict[int, Info] = {}
+        self.current = 0
+        self.peak = 0
+        self.peak_infos: list[Info] = []
+        self.peak_phase = "setup"
+        self.phase = "setup"
+        self.ops = 0
+        #: the highest live bytes seen in each phase
+        self.phase_peaks: dict[str, int] = defaultdict(int)
+
+    def _free(self, key: int, info: Info) -> None:
+        if self.live.get(key) is info:
+            del self.live[key]
+            self.current -= info.nbytes
+
+    def register(self, t: object, kind: str = "other") -> Info | None:
+        if not isinstance(t, torch.Tensor) or t.is_sparse or t.is_nested:
+            return None
+        st = t.untyped_storage()
+        key = id(st)
+        nbytes = st.nbytes()
+        info = self.live.get(key)
+        if info is not None:
+            if info.nbytes != nbytes:  # resized in place
+                self.current += nbytes - info.nbytes
+                info.nbytes = nbytes
+                self._update_peak()
+            if kind != "other":
+                info.kind = kind
+            return info
+        info = Info(nbytes, kind)
+        self.live[key] = info
+        self.current += nbytes
+        weakref.finalize(st, self._free, key, info)
+        self._update_peak()
+        return info
+
+    def classify(self, t: object, kind: str) -> None:
+        """Mark a live tensor as ``kind`` (its Info is shared with the peak's snapshot)."""
+        self.register(t, kind)
+
+    def _update_peak(self) -> None:
+        if self.current > self.phase_peaks[self.phase]:
+            self.phase_peaks[self.phase] = self.current
+        if self.current > self.peak:
+            self.peak = self.current
+            self.peak_phase = self.phase
+            self.peak_infos = list(self.live.values())
+
+    def reset_peak(self) -> None:
+        self.peak = self.current
+        self.peak_phase = self.phase
+        self.peak_infos = list(self.live.values())
+        self.ops = 0
+        self.phase_peaks = defaultdict(int)
+
+    def bytes_by_kind(self, infos: list[Info] | None = None) -> dict[str, int]:
+        out: dict[str, int] = defaultdict(int)
+        for i in self.live.values() if infos is None else infos:
+            out[i.kind] += i.nbytes
+        return dict(out)
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        self.ops += 1
+        copy_of_weight = False
+        if func is torch.ops.aten._to_copy.default and isinstance(args[0], torch.Tensor):
+            src = self.live.get(id(args[0].untyped_storage()))
+            copy_of_weight = src is not None and src.kind == "weight"
+        for t in tree_flatten(out)[0]:
+            info = self.register(t)
+            if info is not None and copy_of_weight:
+                info.weight_copy = True
+        return out
+
+
+def storage_bytes(tensors: Any) -> int:
+    """Bytes of the distinct storages behind ``tensors``."""
+    seen: dict[int, int] = {}
+    for t in tensors:
+        if isinstance(t, torch.Tensor):
+            st = t.untyped_storage()
+            seen[id(st)] = st.nbytes()
+    return sum(seen.values())
+
+
+_LOW = (torch.bfloat16, torch.float16)
+
+
+def _autocast_fp32_funcs() -> tuple[set[Any], set[Any]]:
+    """CUDA autocast's float32 policies (aten/src/ATen/autocast_mode.h) for the ops
+    these models use: ``cast`` ops get float32 copies of 16-bit inputs, ``opt_dtype``
+    ops (softmax, log_softmax, sum, cumsum) run with ``dtype=torch.float32``."""
+    cast: set[Any] = {F.layer_norm, F.group_norm, torch.Tensor.__pow__}
+    for n in ("pow", "exp", "log", "rsqrt", "reciprocal"):
+        for owner in (torch, torch.Tensor):
+            cast.add(getattr(owner, n))
+    opt_dtype: set[Any] = {F.softmax, F.log_softmax}
+    for n in ("softmax", "log_softmax", "sum", "cumsum"):
+        for owner in (torch, torch.Tensor):
+            opt_dtype.add(getattr(owner, n))
+    return cast, opt_dtype
+
+
+class GpuLike(TorchFunctionMode):  # type: ignore[misc]
+    """Make the CPU keep what CUDA keeps where the two differ (docs/method.md):
+
+    * dropout keeps a 1-byte mask (CUDA's fused ``native_dropout``), not a float noise tensor;
+    * SDPA with dropout stays on the fused path (CUDA's kernels regenerate the mask);
+    * under autocast, the ops CUDA runs in float32 get float32 inputs.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cast_fp32, self.opt_dtype_fp32 = _autocast_fp32_funcs()
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = dict(kwargs or {})
+        if func is F.dropout:
+            p = kwargs.get("p", args[1] if len(args) > 1 else 0.5)
+            training = kwargs.get("training", args[2] if len(args) > 2 else True)
+            if training and p > 0:
+                return torch.native_dropout(args[0], p, True)[0]
+            return args[0]
+        if func is F.scaled_dot_product_attention:
+            if len(args) > 4 and args[4]:
+                args = (*args[:4], 0.0, *args[5:])
+            elif kwargs.get("dropout_p"):
+                kwargs["dropout_p"] = 0.0
+        elif torch.is_autocast_enabled("cpu"):
+            args, kwargs = self._fp32_policy(func, args, kwargs)
+        return func(*args, **kwargs)
+
+    def _fp32_policy(self, func: Any, args: Any, kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+        def low(t: object) -> bool:
+            return isinstance(t, torch.Tensor) and t.dtype in _LOW
+
+        def up(t: Any) -> Any:
+            return t.float() if low(t) else t
+
+        if func in self.cast_fp32:
+            if func in (F.layer_norm, F.group_norm):
+                if low(args[0]):
+                    args = (up(args[0]), *args[1:])
+            elif any(low(t) for t in tree_flatten((args, kwargs))[0]):
+                args, kwargs = tree_map(up, (args, kwargs))
+        elif func in self.opt_dtype_fp32 and kwargs.get("dtype") is None and low(args[0]):
+            kwargs["dtype"] = torch.float32
+        return args, kwargs
+
+
+def run_backward(loss: torch.Tensor) -> None:
+    """``loss.backward()`` without passing through ``__torch_function__``: a function
+    mode is off while it handles a call, so ``loss.backward()`` would run the whole
+    backward (and checkpointing's recomputation) without GpuLike."""
+    from torch.autograd.graph import _engine_run_backward
+
+    _engine_run_backward((loss,), (torch.ones_like(loss),), False, False, (),
+                         allow_unreachable=True, accumulate_grad=True)
