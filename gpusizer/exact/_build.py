@@ -148,10 +148,12 @@ def build_hf_model(source: ModelSource, attention: str, dtype: torch.dtype) -> t
         for name in names[:1] or _AUTO_CLASSES:
             cls = getattr(tf, name)
             try:
-                if name.startswith("Auto"):
-                    model = cls.from_config(config, **kwargs)
-                else:
-                    model = cls._from_config(config, **kwargs)
+                # the dtype is given: transformers would otherwise take the config's torch_dtype
+                build = cls.from_config if name.startswith("Auto") else cls._from_config
+                model = _with_dtype(build, config, dtype, kwargs)
+                wrong = {str(p.dtype) for p in model.parameters() if p.is_floating_point() and p.dtype != dtype}
+                if wrong:
+                    notes.append(f"some parameters are stored as {', '.join(sorted(wrong))}, as the model defines")
                 return model, notes
             except (ValueError, KeyError) as exc:
                 errors.append(f"{name}: {_first_line(exc)}")
@@ -177,6 +179,16 @@ def skipped_init() -> Iterator[None]:
     finally:
         for n, fn in saved.items():
             setattr(init, n, fn)
+
+
+def _with_dtype(build: Any, config: Any, dtype: torch.dtype, kwargs: dict[str, Any]) -> Any:
+    """Build with ``dtype`` (transformers >= 4.56 names it ``dtype``, older ones ``torch_dtype``)."""
+    try:
+        return build(config, dtype=dtype, **kwargs)
+    except TypeError as exc:
+        if "dtype" not in str(exc):
+            raise
+        return build(config, torch_dtype=dtype, **kwargs)
 
 
 def build_torch_model(source: ModelSource, dtype: torch.dtype) -> nn.Module:

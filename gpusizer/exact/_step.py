@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import inspect
+import logging
 import time
 import warnings
 from collections.abc import Callable
@@ -41,8 +42,6 @@ def _optimizer(name: str, params: list[nn.Parameter]) -> torch.optim.Optimizer:
         return torch.optim.Adam(params, lr=1e-4, foreach=True)
     if name == "adamw":
         return torch.optim.AdamW(params, lr=1e-4, weight_decay=0.01, foreach=True)
-    if name == "adafactor":
-        return torch.optim.Adafactor(params, lr=1e-2, foreach=True)
     raise UsageError(f"exact mode cannot run the {name} optimizer", field="optimizer")
 
 
@@ -126,6 +125,8 @@ def trace_memory(source: ModelSource, cfg: RunConfig, progress: Progress | None 
     versions = {"torch": torch.__version__}
     if source.kind != "torch-model":
         versions["transformers"] = transformers_module().__version__
+    # torch logs a traceback for an op its fake kernel rejects; the TraceError below says it in a line
+    logging.getLogger("torch._subclasses.fake_tensor").setLevel(logging.CRITICAL)
     try:
         mode = FakeTensorMode(allow_non_fake_inputs=False) if fake else contextlib.nullcontext()
         with mode, warnings.catch_warnings():
@@ -181,20 +182,20 @@ def _train(model: nn.Module, source: ModelSource, cfg: RunConfig, say: Progress)
             say(f"step {step} of 2: forward, backward, optimizer")
             gc.collect()
             if step == 2:
-                tracker.phase = "step-start"
+                tracker.enter("step-start")
                 tracker.reset_peak()
             opt.zero_grad(set_to_none=True)
-            tracker.phase = "forward"
+            tracker.enter("forward")
             with autocast:
                 loss = _loss(model, inputs, source)
             if step == 2:
                 saved_at_forward_end = tracker.bytes_by_kind()
-            tracker.phase = "backward"
+            tracker.enter("backward")
             run_backward(loss)
             del loss
-            tracker.phase = "optimizer"
+            tracker.enter("optimizer")
             opt.step()
-            tracker.phase = "idle"
+            tracker.enter("idle")
     for p in model.parameters():
         if p.grad is not None:
             tracker.classify(p.grad, "grad")
@@ -264,7 +265,7 @@ def _infer(model: nn.Module, source: ModelSource, cfg: RunConfig, say: Progress)
             notes.append(f"{type(model).__name__} computes every position's logits (no logits_to_keep)")
     say("forward pass")
     with GpuLike(), tracker, torch.no_grad():
-        tracker.phase = "inference"
+        tracker.enter("inference")
         tracker.reset_peak()
         out = model(**inputs, **kwargs) if source.kind != "torch-model" else model(inputs["x"])
         kv = _cache_tensors(cache) if cache is not None else []

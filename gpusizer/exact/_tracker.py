@@ -81,6 +81,11 @@ class LiveTensorTracker(TorchDispatchMode):  # type: ignore[misc]
         """Mark a live tensor as ``kind`` (its Info is shared with the peak's snapshot)."""
         self.register(t, kind)
 
+    def enter(self, phase: str) -> None:
+        """Start ``phase``: what is live now counts toward its peak."""
+        self.phase = phase
+        self._update_peak()
+
     def _update_peak(self) -> None:
         if self.current > self.phase_peaks[self.phase]:
             self.phase_peaks[self.phase] = self.current

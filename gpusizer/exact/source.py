@@ -76,6 +76,14 @@ _UNTRACEABLE: tuple[tuple[str, object, str], ...] = (
 )
 
 
+#: optimizers exact mode cannot run under fake tensors, and why
+UNTRACEABLE_OPTIMIZERS: dict[str, str] = {
+    "adam8bit": "bitsandbytes' 8-bit optimizers need CUDA",
+    "paged-adamw-8bit": "bitsandbytes' 8-bit optimizers need CUDA",
+    "adafactor": "PyTorch's Adafactor reads its step count back as a number, which fake tensors cannot give",
+}
+
+
 def check_traceable(cfg: RunConfig) -> None:
     """Raise, in domain words, if ``cfg`` asks for something exact mode cannot run."""
     for field, plain, why in _UNTRACEABLE:
@@ -85,9 +93,9 @@ def check_traceable(cfg: RunConfig) -> None:
     if cfg.storage.quantised:
         raise UsageError(f"exact mode cannot trace {cfg.precision} weights: quantised kernels need CUDA",
                          hint=ANALYTIC, field="precision")
-    if cfg.training and cfg.optimizer in ("adam8bit", "paged-adamw-8bit"):
-        raise UsageError(f"exact mode cannot trace {cfg.optimizer}: bitsandbytes' 8-bit optimizers need CUDA",
-                         hint=ANALYTIC, field="optimizer")
+    why = UNTRACEABLE_OPTIMIZERS.get(cfg.optimizer) if cfg.training else None
+    if why is not None:
+        raise UsageError(f"exact mode cannot trace {cfg.optimizer}: {why}", hint=ANALYTIC, field="optimizer")
     if cfg.adapter is not None and cfg.adapter.base_quantisation is not None:
         raise UsageError("exact mode cannot trace QLoRA: bitsandbytes' 4-bit layers need CUDA",
                          hint="trace LoRA of the same rank, or use the analytic model", field="adapter")

@@ -38,6 +38,13 @@ OPTIMIZER_STATES: dict[str, int] = {
     "sgd": 0, "momentum": 1, "adam": 2, "adamw": 2, "adafactor": 0, "adam8bit": 2, "paged-adamw-8bit": 2,
 }
 
+#: Temporaries of the optimizer step, in elements per trained parameter at the state's
+#: width. PyTorch's multi-tensor ("foreach") Adam and AdamW, its default on CUDA,
+#: compute sqrt(v) for every parameter at once (torch/optim/adam.py, _multi_tensor_adam:
+#: exp_avg_sq_sqrt = torch._foreach_sqrt(device_exp_avg_sqs)) and update the rest in
+#: place; SGD and momentum update in place. Exact mode measures 1.0 and 0 (docs/method.md).
+OPTIMIZER_STEP_TEMPORARIES: dict[str, int] = {"adam": 1, "adamw": 1}
+
 #: torchtune's CEWithChunkedOutputLoss default (num_output_chunks=8)
 CHUNKED_LOSS_CHUNKS = 8
 
@@ -396,6 +403,15 @@ def weight_bytes(
     return int(shape.params * st.weight_bytes)
 
 
+def optimizer_step_bytes(shape: ModelShape, cfg: RunConfig) -> int:
+    """Temporaries the optimizer step holds on the GPU (OPTIMIZER_STEP_TEMPORARIES), per GPU."""
+    train = trainable(shape, cfg)
+    per = OPTIMIZER_STEP_TEMPORARIES.get(cfg.optimizer, 0)
+    if not cfg.training or not per or train.state_bytes is None or cfg.offload in ("optimizer", "all"):
+        return 0
+    return math.ceil(train.params * per * train.state_bytes / cfg.sharding.optimizer)
+
+
 def optimizer_bytes(shape: ModelShape, cfg: RunConfig) -> int:
     train = trainable(shape, cfg)
     if not cfg.training or train.state_bytes is None:
@@ -424,6 +440,13 @@ def kv_cache_bytes(m: TransformerShape, batch: int, seq_len: int, p: float, tp: 
     return int(2 * layers * batch * seq_len * heads_per_gpu * m.attention_head_dim * p)
 
 
+#: MLP intermediates (ffn wide) live at once in an inference pass, with no autograd to
+#: keep anything: a gated MLP holds act(gate), up and their product; GELU and ReLU their
+#: input and output; GPT-2's tanh GELU (gelu_new, op by op) its input, 0.5*x and two
+#: temporaries of the chain at a time.
+INFERENCE_MLP_TENSORS: dict[str, int] = {"swiglu": 3, "geglu": 3, "gelu": 2, "relu": 2, "gelu_new": 4}
+
+
 def inference_working_bytes(m: TransformerShape, cfg: RunConfig, seq_len: int, tp: int = 1) -> int:
     """Transient activations of a prefill pass over ``seq_len`` tokens.
 
@@ -435,8 +458,11 @@ def inference_working_bytes(m: TransformerShape, cfg: RunConfig, seq_len: int, t
     p = cfg.storage.activation_bytes
     b, s, h = cfg.batch, seq_len, m.hidden
     base = 3 * p * s * b * h
-    mlp = (3 if m.gated_mlp else 1) * p * s * b * m.ffn // tp
-    attn = (2 * 4 * m.heads * s * s * b // tp) if not cfg.flash_attention else 4 * m.heads * s * b
+    mlp = INFERENCE_MLP_TENSORS[m.mlp] * (m.experts_per_token or 1) * p * s * b * m.ffn // tp
+    # eager attention: the scores and the softmax's output are live together; a model that
+    # upcasts the softmax (softmax(dtype=float32).to(dtype)) holds the fp32 result and its cast
+    score_bytes = 2 * p + (4 if m.softmax_fp32 and p < 4 else 0)
+    attn = (score_bytes * m.heads * s * s * b // tp) if not cfg.flash_attention else 4 * m.heads * s * b
     qkv = p * s * b * (m.heads + 2 * m.n_kv_heads) * m.attention_head_dim // tp
     # generation computes the last position's logits (in fp32); a plain forward pass
     # keeps every position's, in the activations' dtype (transformers >= 4.45 no longer
@@ -562,7 +588,7 @@ def _training_peak(shape: ModelShape, cfg: RunConfig, state: _State) -> tuple[in
     cast = logits * p_act // (4 + p_act) if cfg.head == "lm" else logits
     held = state.weights + state.opt + state.transient
     start_of_backward = held + kept_grads + acts + max(logits, cast + head, head + recompute)
-    optimizer_step = held + state.grads
+    optimizer_step = held + state.grads + optimizer_step_bytes(shape, cfg)
     transient = state.transient + recompute + logits
     if start_of_backward >= optimizer_step:
         return start_of_backward, "backward", acts, transient, modelled

@@ -44,11 +44,12 @@ def hub_config_path(repo_id: str, revision: str | None = None) -> Path:
                        hint="check the name; for a private repository set HF_TOKEN") from None
     except errors.RevisionNotFoundError:
         raise HubError(f"{repo_id} has no revision {revision!r}", hint="check the revision") from None
-    except errors.EntryNotFoundError:
-        raise HubError(f"{repo_id} has no config.json", hint="give a local config.json instead") from None
+    # (LocalEntryNotFoundError subclasses EntryNotFoundError: it comes first)
     except (errors.LocalEntryNotFoundError, errors.OfflineModeIsEnabled):
         raise HubError(f"{repo_id}'s config.json is not in the local cache and the Hub cannot be reached",
                        hint="connect and unset HF_HUB_OFFLINE, or download config.json and give the local file") from None
+    except errors.EntryNotFoundError:
+        raise HubError(f"{repo_id} has no config.json", hint="give a local config.json instead") from None
     except (errors.HfHubHTTPError, OSError) as exc:
         raise HubError(f"{repo_id}: the Hub could not be read: {str(exc).splitlines()[0][:160]}",
                        hint="retry, or download config.json and give the local file") from None

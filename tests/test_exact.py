@@ -1,0 +1,189 @@
+"""Exact mode (fit-model --exact): the traced count, checked against an independent one.
+
+Most of these need the torch extra and are skipped without it; CI installs
+``gpusizer[torch]`` in a virtualenv of its own and runs them there (.ci/run). The
+first test is the other way round: without torch, exact mode is a clear error.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+DATA = Path(__file__).parent / "data" / "hf"
+HAS_TORCH = importlib.util.find_spec("torch") is not None and importlib.util.find_spec("transformers") is not None
+needs_torch = pytest.mark.skipif(not HAS_TORCH, reason="needs gpusizer[torch] (CI runs it in its own virtualenv)")
+
+
+def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "gpusizer", *args], capture_output=True, text=True, timeout=600,
+                          env=env)
+
+
+@pytest.mark.skipif(HAS_TORCH, reason="checks the default install, where torch is absent")
+def test_exact_without_torch_is_exit_6_with_the_install_line():
+    r = _cli("fit-model", "--exact", "--hf-config", str(DATA / "tiny-llama" / "config.json"), "--json")
+    assert r.returncode == 6, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["error"]["code"] == "missing_extra"
+    assert "gpusizer[torch]" in doc["error"]["hint"]
+    assert "Traceback" not in r.stderr
+
+
+def test_default_commands_never_import_torch():
+    """The default install's commands, analytic fit-model included, load no torch or transformers."""
+    code = ("import sys, gpusizer; gpusizer.fit_model('llama-2-7b', memory=['80GB']); "
+            "gpusizer.recommend(workload='cnn'); "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers', 'peft')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_untraceable_settings_are_usage_errors_before_torch_loads():
+    """Sharded runs, offload, quantised formats and 8-bit optimizers cannot be traced on a CPU:
+    exit 2 naming the setting, whether or not torch is installed."""
+    cfg = str(DATA / "tiny-llama" / "config.json")
+    for extra, word in ((["--gpus", "2", "--strategy", "fsdp"], "gpus"), (["--offload", "optimizer"], "offload"),
+                        (["--optimizer", "adam8bit"], "adam8bit"), (["--qlora"], "QLoRA"),
+                        (["--optimizer", "adafactor"], "adafactor"),
+                        (["--inference", "--precision", "int4"], "int4")):
+        r = _cli("fit-model", "--exact", "--hf-config", cfg, "--memory", "24GiB", *extra)
+        assert r.returncode == 2, (extra, r.stderr)
+        assert word in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_torch_model_without_exact_mode_is_a_usage_error():
+    r = _cli("fit-model", "--torch-model", "torchvision.models:resnet18", "--json")
+    assert r.returncode == 2
+    assert json.loads(r.stdout)["error"]["hint"] == "measure it with exact mode"
+
+
+# ----------------------------------------------------------------------------- with torch
+
+
+def _independent_peak(source, cfg) -> tuple[int, int]:  # type: ignore[no-untyped-def]
+    """(exact mode's count with fake tensors, torch's own MemTracker over the same step with
+    real tensors). MemTracker is PyTorch's tracker (torch.distributed._tools), written apart
+    from ours; its module statistics are reset between the two steps, as it requires."""
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    from gpusizer.exact._step import trace_memory
+
+    fake = trace_memory(source, cfg).tensor_peak_bytes
+    tracker = MemTracker()
+    with tracker:
+        trace_memory(source, cfg, lambda phase: tracker.reset_mod_stats() if "step 2" in phase else None, fake=False)
+    real = sum(v["Total"] for v in tracker.get_tracker_snapshot("peak").values())
+    return fake, real
+
+
+INDEPENDENT_CASES = [
+    ("tiny-llama", dict(mode="train", precision="fp32", batch=4, seq_len=256)),
+    ("tiny-llama", dict(mode="train", precision="mixed", batch=4, seq_len=256, optimizer="adam")),
+    ("tiny-llama", dict(mode="train", precision="bf16", batch=4, seq_len=256, checkpointing=True)),
+    ("tiny-llama", dict(mode="train", precision="mixed", batch=4, seq_len=256, attention="eager", optimizer="sgd")),
+    ("tiny-llama", dict(mode="inference", precision="bf16", batch=4, seq_len=256)),
+    ("tiny-llama", dict(mode="inference", precision="fp16", batch=2, seq_len=256, logits="all")),
+    ("tiny-gpt2", dict(mode="train", precision="mixed", batch=4, seq_len=256, attention="eager")),
+    ("tiny-gpt2", dict(mode="train", precision="fp32", batch=4, seq_len=256, optimizer="momentum")),
+    ("torchvision.models:resnet18", dict(mode="train", precision="fp32", batch=8, image_size=64,
+                                         optimizer="momentum")),
+    ("torchvision.models:resnet18", dict(mode="train", precision="mixed", batch=8, image_size=64)),
+    ("torchvision.models:mobilenet_v3_small", dict(mode="inference", precision="fp32", batch=8, image_size=96)),
+]
+
+
+@needs_torch
+@pytest.mark.parametrize("model,settings", INDEPENDENT_CASES, ids=lambda v: v if isinstance(v, str) else
+                         "-".join(f"{k}={x}" for k, x in v.items()))
+def test_exact_mode_matches_an_independent_live_tensor_count(model, settings):
+    """The acceptance bar is 1%; on these cases the two counts agree to the byte."""
+    from gpusizer.domain.run import make_run_config
+    from gpusizer.exact.source import ModelSource
+
+    if ":" in model:
+        source = ModelSource(kind="torch-model", ref=model)
+    else:
+        source = ModelSource(kind="hf-config", ref=str(DATA / model / "config.json"))
+    fake, real = _independent_peak(source, make_run_config(**settings))
+    assert abs(fake - real) <= 0.01 * real, (fake, real)
+
+
+@needs_torch
+def test_qwen3_config_traces_with_its_exact_parameter_count():
+    """Acceptance: fit-model --exact --hf-config <qwen3 config.json>. Qwen3-0.6B has
+    596,049,920 parameters with its tied embedding (Qwen/Qwen3-0.6B model card: 0.6B)."""
+    r = _cli("fit-model", "--exact", "--hf-config", str(DATA / "qwen3-0.6b" / "config.json"), "--batch", "2",
+             "--seq-len", "512", "--gpu", "RTX 4090", "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    res = doc["results"]
+    assert res["method"] == "exact" and doc["input"]["method"] == "exact"
+    assert res["params"] == 596_049_920
+    assert res["trace"]["model_class"] == "Qwen3ForCausalLM"
+    b = res["breakdown"]
+    # mixed precision: fp32 weights, fp32 gradients, AdamW's two fp32 states
+    assert 4 * 596_049_920 <= b["weights_bytes"] < 4 * 596_049_920 + 2**20  # and the rotary buffers
+    assert b["optimizer_bytes"] >= 8 * 596_049_920
+    assert b["total_bytes"] == b["tensor_peak_bytes"] + b["context_bytes"] + b["fragmentation_bytes"]
+    assert set(doc["input"]["exact"]["versions"]) >= {"torch", "transformers"}
+    assert doc["input"]["exact"]["traced_batches"] == [2, 4]
+    gpu = res["gpus"][0]
+    assert gpu["max_batch"] is not None and gpu["max_batch"] >= 2
+    assert gpu["min_gpus"] is None and "one GPU" in gpu["min_gpus_reason"]
+
+
+@needs_torch
+def test_vit_b_16_batch_32_traces_from_torchvision():
+    """Acceptance: fit-model --exact --torch-model torchvision.models:vit_b_16 --batch 32.
+    ViT-B/16 has 86,567,656 parameters (torchvision's model table)."""
+    r = _cli("fit-model", "--exact", "--torch-model", "torchvision.models:vit_b_16", "--batch", "32",
+             "--memory", "24GiB", "--json")
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout)["results"]
+    assert res["params"] == 86_567_656
+    assert res["breakdown"]["activations_bytes"] > res["breakdown"]["weights_bytes"]
+
+
+@needs_torch
+def test_largest_batch_from_two_traces_fits_when_traced_at_that_batch():
+    """The largest batch predicted from traces at b and 2b, traced itself, fits; one more does not."""
+    from gpusizer import fit_model
+
+    cfg = str(DATA / "tiny-llama" / "config.json")
+    first = fit_model(hf_config=cfg, method="exact", memory=["2GiB"], batch=4, seq_len=512)
+    best = first.results.gpus[0].max_batch
+    assert best is not None and best > 8
+    at_best = fit_model(hf_config=cfg, method="exact", memory=["2GiB"], batch=best, seq_len=512)
+    over = fit_model(hf_config=cfg, method="exact", memory=["2GiB"], batch=best + 1, seq_len=512)
+    assert at_best.results.gpus[0].fits
+    assert not over.results.gpus[0].fits
+
+
+@needs_torch
+@pytest.mark.parametrize("args,code,words", [
+    (["--torch-model", "torchvision.models:no_such_net"], 2, "has no no_such_net"),
+    (["--torch-model", "no_such_module_xyz:build"], 2, "cannot import no_such_module_xyz"),
+    (["--torch-model", "json:dumps"], 7, "failed"),
+    (["--torch-model", "resnet18"], 2, "MODULE:CALLABLE"),
+    (["--torch-model", "torchvision.models:resnet18", "--input-shape", "3,0,224"], 2, "input shape"),
+])
+def test_exact_mode_failures_are_one_line_with_their_exit_code(args, code, words):
+    r = _cli("fit-model", "--exact", *args, "--memory", "24GiB")
+    assert r.returncode == code, r.stderr
+    assert words in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+@needs_torch
+def test_unknown_model_type_is_exit_7(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "no-such-architecture", "hidden_size": 64}))
+    r = _cli("fit-model", "--exact", "--hf-config", str(path), "--memory", "24GiB", "--json")
+    assert r.returncode == 7
+    assert "no-such-architecture" in json.loads(r.stdout)["error"]["message"]
