@@ -52,6 +52,13 @@ class TransformerShape(BaseModel):
     softmax_fp32: bool = False
 
     @property
+    def loss_fp32(self) -> bool:
+        """Whether the training loss upcasts the logits to fp32 before cross-entropy.
+        transformers' causal-LM loss does (ForCausalLMLoss: logits.float()); BERT's and
+        RoBERTa's masked-LM loss and T5's seq2seq loss take the logits as they are."""
+        return self.kind == "decoder"
+
+    @property
     def gated_mlp(self) -> bool:
         return self.mlp in ("swiglu", "geglu")
 

@@ -246,8 +246,11 @@ def transformer_activation_bytes(
         saved_logits = 4 * tokens_out * m.vocab // tp
         logits = (4 + p) * -(-tokens_out // CHUNKED_LOSS_CHUNKS) * m.vocab // tp
     elif cfg.head == "lm":
-        saved_logits = 4 * tokens_out * m.vocab // tp
-        logits = (4 + p) * tokens_out * m.vocab // tp
+        # log_softmax saves its output; its backward takes nll_loss's gradient and writes
+        # its own, both of the loss's width, while the saved output is still live
+        w = loss_element_bytes(m, cfg)
+        saved_logits = w * tokens_out * m.vocab // tp
+        logits = 2 * w * tokens_out * m.vocab // tp
     elif cfg.head == "logits":  # logits kept, no cross-entropy (e.g. loss = logits.sum())
         saved_logits = p * tokens_out * m.vocab // tp
         logits = p * tokens_out * m.vocab // tp
@@ -262,6 +265,12 @@ def transformer_activation_bytes(
         # copies of their own shard only
         stored += int(2 * matrix_params(m) / shards)
     return stored + saved_logits, recompute, logits
+
+
+def loss_element_bytes(m: TransformerShape, cfg: RunConfig) -> int:
+    """Bytes per logit element in cross-entropy: fp32 when the loss upcasts the logits or
+    autocast runs log_softmax in fp32 (CUDA's autocast policy), else the activations' width."""
+    return 4 if m.loss_fp32 or cfg.storage.autocast else cfg.storage.activation_bytes
 
 
 #: sequence length when none is given: the model's context, capped at 2048 tokens
@@ -569,6 +578,18 @@ def _offload(state: _State, shape: ModelShape, cfg: RunConfig, trained: int) -> 
                                     "host": host, "notes": tuple(notes)})
 
 
+def _head_input_gradient(shape: ModelShape, cfg: RunConfig, logits: int) -> int:
+    """The logits' gradient in the logits' own dtype, live with the output head's weight
+    gradients until the head's backward finishes."""
+    p = cfg.storage.activation_bytes
+    m = shape.transformer
+    if cfg.head != "lm" or m is None:
+        return logits
+    if cfg.loss == "full":
+        return logits * p // (2 * loss_element_bytes(m, cfg))
+    return logits * p // (4 + p)
+
+
 def _training_peak(shape: ModelShape, cfg: RunConfig, state: _State) -> tuple[int, str, int, int, bool]:
     """(tensor peak, peak phase, activations, transient, modelled?) of a training step.
 
@@ -582,10 +603,7 @@ def _training_peak(shape: ModelShape, cfg: RunConfig, state: _State) -> tuple[in
     acts, recompute, logits, modelled = activation_bytes(shape, cfg)
     head = min(state.grads, head_gradient_bytes(shape, cfg))
     kept_grads = state.grads if cfg.persistent_grads else 0
-    # once cast to the logits' dtype, the loss gradient (p of its 4 + p bytes)
-    # is live with the head's gradients until the head's backward finishes
-    p_act = cfg.storage.activation_bytes
-    cast = logits * p_act // (4 + p_act) if cfg.head == "lm" else logits
+    cast = _head_input_gradient(shape, cfg, logits)
     held = state.weights + state.opt + state.transient
     start_of_backward = held + kept_grads + acts + max(logits, cast + head, head + recompute)
     optimizer_step = held + state.grads + optimizer_step_bytes(shape, cfg)
