@@ -54,9 +54,9 @@ class TransformerShape(BaseModel):
     @property
     def loss_fp32(self) -> bool:
         """Whether the training loss upcasts the logits to fp32 before cross-entropy.
-        transformers' causal-LM loss does (ForCausalLMLoss: logits.float()); BERT's and
-        RoBERTa's masked-LM loss and T5's seq2seq loss take the logits as they are."""
-        return self.kind == "decoder"
+        transformers' causal- and masked-LM losses do (ForCausalLMLoss, ForMaskedLMLoss:
+        logits.float()); T5's seq2seq loss takes the logits as they are."""
+        return self.kind != "encoder-decoder"
 
     @property
     def gated_mlp(self) -> bool:

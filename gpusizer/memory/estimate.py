@@ -469,15 +469,20 @@ def inference_working_bytes(m: TransformerShape, cfg: RunConfig, seq_len: int, t
     base = 3 * p * s * b * h
     mlp = INFERENCE_MLP_TENSORS[m.mlp] * (m.experts_per_token or 1) * p * s * b * m.ffn // tp
     # eager attention: the scores and the softmax's output are live together; a model that
-    # upcasts the softmax (softmax(dtype=float32).to(dtype)) holds the fp32 result and its cast
-    score_bytes = 2 * p + (4 if m.softmax_fp32 and p < 4 else 0)
-    attn = (score_bytes * m.heads * s * s * b // tp) if not cfg.flash_attention else 4 * m.heads * s * b
+    # upcasts the softmax (softmax(x, dtype=float32)) first copies the 16-bit scores to fp32,
+    # so the scores, that copy and the fp32 output are live at once. A decoder adds its
+    # causal mask, one (s x s) matrix per sequence in the activations' dtype.
+    score_bytes = p + (8 if m.softmax_fp32 and p < 4 else p)
+    mask = p * s * s * b if m.kind == "decoder" else 0
+    attn = (score_bytes * m.heads * s * s * b // tp + mask) if not cfg.flash_attention else 4 * m.heads * s * b
     qkv = p * s * b * (m.heads + 2 * m.n_kv_heads) * m.attention_head_dim // tp
     # generation computes the last position's logits (in fp32); a plain forward pass
     # keeps every position's, in the activations' dtype (transformers >= 4.45 no longer
     # upcasts them unless it computes a loss)
     logits = 4 * b * m.vocab if cfg.logits == "last" else p * s * b * m.vocab // tp
-    return base + max(mlp, attn + qkv) + logits
+    # the layers' tensors are freed before the head runs: the peak is the larger of a
+    # layer's working set and the head's (the final hidden state, its norm, the logits)
+    return max(base + max(mlp, attn + qkv), 2 * p * s * b * h + logits)
 
 
 # --------------------------------------------------------------------------
