@@ -619,17 +619,19 @@ def test_roberta_fields():
 def test_t5_fields():
     m = _derive("google-t5/t5-base", T5_BASE)
     assert (m.kind, m.layers, m.decoder_layers, m.hidden, m.heads, m.ffn) == ("encoder-decoder", 12, 12, 768, 12, 3072)
-    assert (m.mlp, m.tied_embeddings, m.dropout, m.softmax_fp32, m.max_seq_len) == ("relu", True, True, True, 512)
+    # transformers 5's T5 softmaxes the scores in their own dtype
+    assert (m.mlp, m.tied_embeddings, m.dropout, m.softmax_fp32, m.max_seq_len) == ("relu", True, True, False, 512)
 
 
 def test_t5_v1_1_gated_gelu_untied():
     m = _derive("google/t5-v1_1-base", T5_V1_1_BASE)
-    assert (m.mlp, m.tied_embeddings, m.ffn, m.max_seq_len, m.head_dim) == ("geglu", False, 2048, None, None)
+    # gated-gelu is T5Config's legacy name for gelu_new (the tanh formula, op by op) on the gate
+    assert (m.mlp, m.tied_embeddings, m.ffn, m.max_seq_len, m.head_dim) == ("geglu_new", False, 2048, None, None)
 
 
 def test_mt5_head_dim_differs_from_width_over_heads():
     m = _derive("google/mt5-small", MT5_SMALL)
-    assert (m.hidden, m.heads, m.head_dim, m.mlp, m.tied_embeddings) == (512, 6, 64, "geglu", False)
+    assert (m.hidden, m.heads, m.head_dim, m.mlp, m.tied_embeddings) == (512, 6, 64, "geglu_new", False)
     assert (m.layers, m.decoder_layers, m.id, m.name) == (8, 8, "mt5-small", "google/mt5-small")
 
 

@@ -20,6 +20,11 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 if TYPE_CHECKING:
     from gpusizer.models.zoo import Model
 
+#: MLP kinds: plain GELU, GPT-2's tanh GELU op by op (gelu_new), ReLU, and the gated
+#: SwiGLU, GeGLU and GeGLU with the op-by-op tanh GELU (T5 v1.1's and mT5's gated-gelu)
+MlpKind = Literal["gelu", "gelu_new", "relu", "swiglu", "geglu", "geglu_new"]
+GATED_MLPS: tuple[str, ...] = ("swiglu", "geglu", "geglu_new")
+
 Kind = Literal["cnn", "rnn", "encoder", "encoder-decoder", "decoder", "unknown"]
 TransformerKind = Literal["encoder", "encoder-decoder", "decoder"]
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
@@ -42,7 +47,7 @@ class TransformerShape(BaseModel):
     vocab: int = Field(gt=0)
     #: the model's context length; None when its config does not say
     max_seq_len: int | None = Field(default=None, gt=0)
-    mlp: Literal["gelu", "gelu_new", "relu", "swiglu", "geglu"] = "gelu"
+    mlp: MlpKind = "gelu"
     #: mixture of experts: experts per layer and routed per token (1 = dense)
     experts: int = Field(default=1, ge=1)
     experts_per_token: int = Field(default=1, ge=1)
@@ -60,7 +65,7 @@ class TransformerShape(BaseModel):
 
     @property
     def gated_mlp(self) -> bool:
-        return self.mlp in ("swiglu", "geglu")
+        return self.mlp in GATED_MLPS
 
     def allows_tp(self, tp: int) -> bool:
         """Tensor parallelism splits attention heads: ``tp`` must divide them, and divide

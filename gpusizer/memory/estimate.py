@@ -23,6 +23,7 @@ from gpusizer.domain.parallelism import Parallelism, sharded_gpus, sharding, sha
 from gpusizer.domain.precision import WEIGHT_FORMATS, kv_element_bytes, storage_spec
 from gpusizer.domain.run import DEFAULT_FRAGMENTATION, RunConfig, make_run_config
 from gpusizer.domain.shape import (
+    GATED_MLPS,
     CnnShape,
     ModelShape,
     TransformerShape,
@@ -96,7 +97,7 @@ def attention_params(m: TransformerShape) -> int:
 
 
 def mlp_params(m: TransformerShape) -> int:
-    gated = m.mlp in ("swiglu", "geglu")
+    gated = m.mlp in GATED_MLPS
     return (3 if gated else 2) * m.hidden * m.ffn
 
 
@@ -168,16 +169,20 @@ def _layer_activation_bytes(
         scores = score_elem * a * s * s * b
     attention = qkv + proj_in + scores
 
-    if m.mlp in ("swiglu", "geglu"):
+    # 0.5*x*(1 + tanh(c*(x + 0.044715*x^3))) op by op saves x (pow's input),
+    # tanh's output, 0.5*x, 1 + tanh and the product; under CUDA autocast pow
+    # runs in fp32, so x's copy, tanh and 1 + tanh are fp32 (4+4+2+4+2 bytes)
+    tanh_gelu = 16 if r == 4 and p == 2 else 5 * p
+    if m.mlp == "geglu_new":
+        # the tanh GELU's chain on the gate, the linear branch, and the product (or,
+        # with dropout after it, its mask and output) that the down projection saves
+        mlp = (tanh_gelu + p + (1 + p if dropout else p)) * s * b * f
+    elif m.mlp in GATED_MLPS:
         mlp = 4 * p * s * b * f
     elif m.mlp == "relu":
         mlp = p * s * b * f + ((p + 1) * s * b * f if dropout else 0)
     elif m.mlp == "gelu_new":
-        # 0.5*x*(1 + tanh(c*(x + 0.044715*x^3))) op by op saves x (pow's input),
-        # tanh's output, 0.5*x, 1 + tanh and the product; under CUDA autocast pow
-        # runs in fp32, so x's copy, tanh and 1 + tanh are fp32 (4+4+2+4+2 bytes)
-        per = 16 if r == 4 and p == 2 else 5 * p
-        mlp = per * s * b * f
+        mlp = tanh_gelu * s * b * f
     else:  # gelu: input and output of the activation
         mlp = 2 * p * s * b * f
     mlp *= k
@@ -453,7 +458,8 @@ def kv_cache_bytes(m: TransformerShape, batch: int, seq_len: int, p: float, tp: 
 #: keep anything: a gated MLP holds act(gate), up and their product; GELU and ReLU their
 #: input and output; GPT-2's tanh GELU (gelu_new, op by op) its input, 0.5*x and two
 #: temporaries of the chain at a time.
-INFERENCE_MLP_TENSORS: dict[str, int] = {"swiglu": 3, "geglu": 3, "gelu": 2, "relu": 2, "gelu_new": 4}
+INFERENCE_MLP_TENSORS: dict[str, int] = {"swiglu": 3, "geglu": 3, "gelu": 2, "relu": 2, "gelu_new": 4,
+                                            "geglu_new": 4}
 
 
 def inference_working_bytes(m: TransformerShape, cfg: RunConfig, seq_len: int, tp: int = 1) -> int:

@@ -160,6 +160,8 @@ def _dropout(c: _Config, defaults: dict[str, float]) -> bool:
 def _gated_mlp(act: str) -> str | None:
     if act in _SILU:
         return "swiglu"
+    if act in ("gelu_new", "gelu_fast"):
+        return "geglu_new"  # transformers' NewGELUActivation: the tanh formula op by op
     if act in _GELU:
         return "geglu"
     return None
@@ -412,6 +414,8 @@ def _t5(c: _Config, family: _Family) -> dict[str, Any]:
             f"{c.origin}: key 'feed_forward_proj' {proj!r} is not valid; expected 'ACT' or 'gated-ACT'"
         )
     act = parts[-1]
+    if proj == "gated-gelu":
+        act = "gelu_new"  # T5Config maps the legacy "gated-gelu" to dense_act_fn "gelu_new"
 
     inner = heads * d_kv
     attention = 4 * d * inner  # q, k, v, o; no biases
@@ -436,7 +440,7 @@ def _t5(c: _Config, family: _Family) -> dict[str, Any]:
         "mlp": _gated_mlp(act) if gated else _plain_mlp(act),
         "tied_embeddings": tied,
         "dropout": _dropout(c, {"dropout_rate": 0.1}),
-        "softmax_fp32": True,
+        "softmax_fp32": False,  # transformers 5 softmaxes T5's scores in their own dtype (4.x upcast them)
         "norm": "rmsnorm",  # T5LayerNorm: op-by-op RMS norm
     }
 

@@ -16,6 +16,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from gpusizer import datafiles
+from gpusizer.domain.shape import MlpKind
 from gpusizer.errors import DataFileError, UsageError
 from gpusizer.hardware.catalog import Source, normalise
 
@@ -48,7 +49,7 @@ class Model(BaseModel):
     max_seq_len: int | None = Field(default=None, gt=0)
     #: gelu_new = the tanh GELU written out op by op (HF GPT-2's NewGELUActivation),
     #: which saves five tensors of the MLP width instead of two
-    mlp: Literal["gelu", "gelu_new", "relu", "swiglu", "geglu"] | None = None
+    mlp: MlpKind | None = None
     experts: int | None = Field(default=None, gt=0)
     experts_per_token: int | None = Field(default=None, gt=0)
     tied_embeddings: bool | None = None
