@@ -87,6 +87,8 @@ class CnnShape(BaseModel):
     image_size: int = Field(gt=0)
     activation_bytes_per_sample_fp32: int = Field(gt=0)
     activation_bytes_per_sample_mixed: int | None = Field(default=None, gt=0)
+    #: peak non-weight bytes per sample of an inference pass (fp32, ``image_size``); None: unknown
+    inference_bytes_per_sample_fp32: int | None = Field(default=None, gt=0)
     #: parameters of the classifier head, whose gradients are written first
     head_params: int = Field(default=0, ge=0)
     forward_gflops_per_sample: float | None = Field(default=None, gt=0)
@@ -169,6 +171,7 @@ def arch_of(model: Model) -> Arch:
         return CnnShape(
             image_size=model.image_size, activation_bytes_per_sample_fp32=model.activation_bytes_per_sample_fp32,
             activation_bytes_per_sample_mixed=model.activation_bytes_per_sample_mixed,
+            inference_bytes_per_sample_fp32=model.inference_bytes_per_sample_fp32,
             head_params=model.head_params or 0, forward_gflops_per_sample=model.forward_gflops_per_sample,
         )
     assert model.seq_len is not None

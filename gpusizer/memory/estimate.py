@@ -639,6 +639,11 @@ def _inference_peak(shape: ModelShape, cfg: RunConfig, state: _State) -> tuple[i
             # each quantised matrix is dequantised to 16 bits for its matmul
             h, f = m.hidden, m.ffn
             transient += 2 * max(h * f, h * (m.heads + 2 * m.n_kv_heads) * m.attention_head_dim) // tp
+    elif isinstance(shape.arch, CnnShape) and shape.arch.inference_bytes_per_sample_fp32 is not None:
+        cnn = shape.arch
+        scale = (cfg.image_size / cnn.image_size) ** 2 if cfg.image_size else 1.0
+        width = cfg.storage.activation_bytes / 4
+        acts = int(cnn.inference_bytes_per_sample_fp32 * scale * width * cfg.batch / cfg.sharding.activations)
     elif shape.arch is not None:
         acts = activation_bytes(shape, cfg)[0]
         notes = ("CNN/RNN inference activations use the training figure, an upper bound",)

@@ -66,6 +66,8 @@ class Model(BaseModel):
     seq_len: int | None = Field(default=None, gt=0)
     activation_bytes_per_sample_fp32: int | None = Field(default=None, gt=0)
     activation_bytes_per_sample_mixed: int | None = Field(default=None, gt=0)
+    #: CNNs: peak non-weight bytes per sample of an inference pass (fp32, reference image size)
+    inference_bytes_per_sample_fp32: int | None = Field(default=None, gt=0)
 
     #: CNNs: parameters of the classifier head (the last layers), whose gradients
     #: are written at the start of backward while every activation is still alive
