@@ -16,7 +16,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 #: families the analytic path reads (gpusizer.models.hfconfig), in draw order
-FAMILIES = ("llama", "mistral", "qwen2", "mixtral", "gpt2", "gpt_neox", "bert", "roberta", "t5")
+FAMILIES = ("llama", "mistral", "qwen2", "mixtral", "gpt2", "gpt_neox", "bert", "roberta", "t5",
+            "qwen3", "qwen3_moe", "phi3", "gemma", "gemma2", "gemma3_text")
+#: decoders read by the Llama-like reader
+LLAMA_LIKE = ("llama", "mistral", "qwen2", "mixtral", "qwen3", "qwen3_moe", "phi3", "gemma", "gemma2", "gemma3_text")
 #: zoo CNNs and the torchvision builders exact mode traces for them
 ZOO_CNNS = {"resnet50": "resnet50", "resnet152": "resnet152", "vgg16": "vgg16", "mobilenet-v2": "mobilenet_v2",
             "densenet121": "densenet121", "efficientnet-b0": "efficientnet_b0", "alexnet": "alexnet"}
@@ -53,13 +56,24 @@ def _decoder(rng: random.Random, family: str) -> dict[str, Any]:
     if family == "mixtral":
         cfg["num_local_experts"] = rng.choice((2, 4, 8))
         cfg["num_experts_per_tok"] = rng.choice((1, 2))
+    if family == "qwen3_moe":
+        cfg["num_experts"] = rng.choice((4, 8, 16))
+        cfg["num_experts_per_tok"] = rng.choice((1, 2, 4))
+        cfg["moe_intermediate_size"] = 64 * rng.randint(4, 24)
+    if family in ("qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3_text"):
+        cfg["head_dim"] = head_dim
+    if family == "phi3":
+        cfg["vocab_size"] = rng.choice((32064, 100352, 200064))  # Phi-3, Phi-4, Phi-4-mini
+    if family.startswith("gemma"):
+        cfg["hidden_activation"] = "gelu_pytorch_tanh"
+        cfg["vocab_size"] = rng.choice((256000, 262144, 32000))
     if family == "mistral":
         cfg["sliding_window"] = None
     return cfg
 
 
 def _config(rng: random.Random, family: str) -> dict[str, Any]:
-    if family in ("llama", "mistral", "qwen2", "mixtral"):
+    if family in LLAMA_LIKE:
         return _decoder(rng, family)
     heads = rng.choice((4, 8, 12, 16))
     hidden = heads * 64
@@ -90,7 +104,10 @@ def _settings(rng: random.Random, family: str) -> dict[str, Any]:
         "mode": "train" if train else "inference",
         "batch": rng.choice((1, 2, 4, 8)),
         "seq_len": rng.choice([n for n in (128, 256, 512, 1024, 2048) if n <= seq_cap]),
-        "attention": rng.choice(("fused", "eager")),
+        # T5 passes its position bias to SDPA as a float mask: CUDA runs the memory-efficient
+        # kernel, the CPU its math path, which keeps the s x s probabilities; exact mode on a
+        # CPU would count what a GPU does not, so T5 is drawn with eager attention
+        "attention": "eager" if family == "t5" else rng.choice(("fused", "eager")),
     }
     if train:
         s["precision"] = rng.choice(TRAIN_PRECISIONS)

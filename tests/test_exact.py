@@ -187,3 +187,28 @@ def test_unknown_model_type_is_exit_7(tmp_path):
     r = _cli("fit-model", "--exact", "--hf-config", str(path), "--memory", "24GiB", "--json")
     assert r.returncode == 7
     assert "no-such-architecture" in json.loads(r.stdout)["error"]["message"]
+
+
+@needs_torch
+def test_analytic_families_count_parameters_exactly_as_transformers():
+    """Every Llama-like family the analytic path reads (Llama, Mistral, Mixtral, Qwen2, Qwen3,
+    Qwen3-MoE, Phi-3/4, Gemma 1-3) and GPT-2 and GPT-NeoX, at random shapes: the derived count
+    equals sum(p.numel()) of the transformers class built on the meta device."""
+    import random
+
+    import torch
+    from random_configs import LLAMA_LIKE, _config
+
+    from gpusizer.exact._build import transformers_module
+    from gpusizer.models.hfconfig import HF_CLASS, model_from_hf_config
+
+    tf = transformers_module()
+    rng = random.Random(11)
+    for family in (*LLAMA_LIKE, "gpt2", "gpt_neox"):
+        for _ in range(3):
+            cfg = _config(rng, family)
+            doc = dict(cfg)
+            conf = tf.AutoConfig.for_model(doc.pop("model_type"), **doc)
+            with torch.device("meta"):
+                model = getattr(tf, HF_CLASS[family])(conf)
+            assert model_from_hf_config(cfg, "random").params == sum(p.numel() for p in model.parameters()), cfg

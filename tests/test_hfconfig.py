@@ -664,7 +664,8 @@ def test_dropout_follows_the_probabilities():
 
 
 def test_every_supported_model_type_is_covered_here():
-    assert set(SUPPORTED_MODEL_TYPES) == {doc["model_type"] for _, doc, _ in CASES}
+    covered = {doc["model_type"] for _, doc, _ in CASES} | {d["model_type"] for d in NEW_FAMILY_CONFIGS.values()}
+    assert set(SUPPORTED_MODEL_TYPES) == covered
 
 
 def test_every_supported_model_type_is_documented_with_its_class():
@@ -723,7 +724,8 @@ def test_unknown_model_type():
     err = _error({**LLAMA_2_7B, "model_type": "falcon"})
     assert err.message == (
         "cfg/config.json: model_type 'falcon' is not supported; "
-        "supported: bert, gpt2, gpt_neox, llama, mistral, mixtral, mt5, qwen2, roberta, t5"
+        "supported: bert, gemma, gemma2, gemma3_text, gpt2, gpt_neox, llama, mistral, mixtral, mt5, phi3, qwen2, "
+        "qwen3, qwen3_moe, roberta, t5"
     )
 
 
@@ -784,3 +786,50 @@ def test_bad_values(doc, fragment):
 @pytest.mark.parametrize("doc", [[], "llama", None, 3])
 def test_not_a_mapping(doc):
     assert "expected a JSON object" in _error(doc).message
+
+
+# ----- 2026 families: Qwen3 (dense and MoE), Phi-3/4, Gemma 2 and 3
+
+
+NEW_FAMILY_CONFIGS = {
+    # published config.json values, as the zoo entries of the same models cite them
+    "qwen3-0.6b": {"model_type": "qwen3", "hidden_size": 1024, "intermediate_size": 3072, "num_hidden_layers": 28,
+                   "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936,
+                   "max_position_embeddings": 40960, "tie_word_embeddings": True, "hidden_act": "silu"},
+    "qwen3-30b-a3b": {"model_type": "qwen3_moe", "hidden_size": 2048, "intermediate_size": 6144,
+                      "moe_intermediate_size": 768, "num_hidden_layers": 48, "num_attention_heads": 32,
+                      "num_key_value_heads": 4, "head_dim": 128, "num_experts": 128, "num_experts_per_tok": 8,
+                      "decoder_sparse_step": 1, "mlp_only_layers": [], "vocab_size": 151936,
+                      "max_position_embeddings": 40960, "tie_word_embeddings": False},
+    "phi-4": {"model_type": "phi3", "hidden_size": 5120, "intermediate_size": 17920, "num_hidden_layers": 40,
+              "num_attention_heads": 40, "num_key_value_heads": 10, "vocab_size": 100352,
+              "max_position_embeddings": 16384, "tie_word_embeddings": False},
+    # google/gemma-2b config.json; 2,506,172,416 parameters (its safetensors total)
+    "gemma-2b": {"model_type": "gemma", "hidden_size": 2048, "intermediate_size": 16384, "num_hidden_layers": 18,
+                 "num_attention_heads": 8, "num_key_value_heads": 1, "head_dim": 256, "vocab_size": 256000,
+                 "hidden_act": "gelu", "hidden_activation": None, "max_position_embeddings": 8192},
+    "gemma-2-2b": {"model_type": "gemma2", "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
+                   "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "vocab_size": 256000,
+                   "hidden_activation": "gelu_pytorch_tanh", "max_position_embeddings": 8192},
+    "gemma-3-1b": {"model_type": "gemma3_text", "hidden_size": 1152, "intermediate_size": 6912,
+                   "num_hidden_layers": 26, "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 256,
+                   "vocab_size": 262144, "hidden_activation": "gelu_pytorch_tanh", "max_position_embeddings": 32768},
+}
+
+
+@pytest.mark.parametrize("zoo_id", sorted(NEW_FAMILY_CONFIGS))
+def test_2026_families_count_the_published_parameters(zoo_id):
+    """Each count equals the zoo entry's, which cites the model card's or safetensors' total
+    (Qwen3-0.6B 596,049,920; Qwen3-30B-A3B 30,532,122,624 with 3,353,032,704 active; Phi-4
+    14,659,507,200; Gemma-2-2B 2,614,341,888; Gemma-3-1B 999,885,952)."""
+    from gpusizer.models.zoo import load_zoo
+
+    derived = model_from_hf_config(NEW_FAMILY_CONFIGS[zoo_id], f"{zoo_id}/config.json")
+    if zoo_id == "gemma-2b":  # not in the zoo
+        assert derived.params == 2_506_172_416 and derived.mlp == "geglu" and derived.tied_embeddings
+        return
+    zoo = load_zoo().resolve(zoo_id)
+    assert derived.params == zoo.params
+    assert derived.active_params == zoo.active_params
+    assert (derived.layers, derived.hidden, derived.heads, derived.kv_heads, derived.ffn, derived.vocab) == (
+        zoo.layers, zoo.hidden, zoo.heads, zoo.kv_heads, zoo.ffn, zoo.vocab)

@@ -589,6 +589,16 @@ def _offload(state: _State, shape: ModelShape, cfg: RunConfig, trained: int) -> 
                                     "host": host, "notes": tuple(notes)})
 
 
+def tied_embedding_gradient_bytes(shape: ModelShape, cfg: RunConfig) -> int:
+    """With tied embeddings the output head and the embedding each produce a gradient of the
+    shared matrix; the second is a separate tensor until autograd accumulates it."""
+    m = shape.transformer
+    width = cfg.storage.grad_bytes
+    if m is None or not m.tied_embeddings or not cfg.training or width is None or cfg.adapter is not None:
+        return 0
+    return int(m.vocab * m.hidden * width / cfg.sharding.gradients)
+
+
 def _head_input_gradient(shape: ModelShape, cfg: RunConfig, logits: int) -> int:
     """The logits' gradient in the logits' own dtype, live with the output head's weight
     gradients until the head's backward finishes."""
@@ -617,10 +627,15 @@ def _training_peak(shape: ModelShape, cfg: RunConfig, state: _State) -> tuple[in
     cast = _head_input_gradient(shape, cfg, logits)
     held = state.weights + state.opt + state.transient
     start_of_backward = held + kept_grads + acts + max(logits, cast + head, head + recompute)
+    # the end of backward: every gradient written; a tied embedding's second gradient (the
+    # embedding's, after the output head's) is live until autograd adds it to the first
+    end_of_backward = held + state.grads + tied_embedding_gradient_bytes(shape, cfg)
     optimizer_step = held + state.grads + optimizer_step_bytes(shape, cfg)
     transient = state.transient + recompute + logits
-    if start_of_backward >= optimizer_step:
+    if start_of_backward >= max(optimizer_step, end_of_backward):
         return start_of_backward, "backward", acts, transient, modelled
+    if end_of_backward > optimizer_step:
+        return end_of_backward, "backward", acts, transient, modelled
     return optimizer_step, "optimizer", acts, transient, modelled
 
 

@@ -20,6 +20,20 @@ mixtral             MixtralForCausalLM               as mistral, the MLP replace
                                                      ``num_local_experts`` SwiGLU experts (w1, w2,
                                                      w3) and a bias-free router (hidden x experts)
 qwen2               Qwen2ForCausalLM                 as llama with biases on q/k/v (not o)
+qwen3               Qwen3ForCausalLM                 as llama (biases if ``attention_bias``), an
+                                                     RMSNorm of ``head_dim`` (default 128) on q and
+                                                     on k per layer
+qwen3_moe           Qwen3MoeForCausalLM              as qwen3, the MLP replaced by ``num_experts``
+                                                     SwiGLU experts of ``moe_intermediate_size``
+                                                     and a bias-free router (every layer sparse)
+phi3                Phi3ForCausalLM                  as mistral (qkv_proj and gate_up_proj fused:
+                                                     the same sizes); Phi-3 and Phi-4
+gemma               GemmaForCausalLM                 as llama, ``head_dim`` default 256, tied
+                                                     embeddings by default
+gemma2              Gemma2ForCausalLM                as gemma with four RMSNorms per layer (pre-
+                                                     and post-attention, pre- and post-MLP)
+gemma3_text         Gemma3ForCausalLM                as gemma2 with q and k RMSNorms of
+                                                     ``head_dim``
 gpt2                GPT2LMHeadModel                  wte, learned wpe; per layer ln_1, c_attn,
                                                      c_proj, ln_2, c_fc, c_proj (all with bias,
                                                      LayerNorm weight and bias), cross-attention
@@ -196,10 +210,20 @@ class _Family:
     #: the config class's default ``max_position_embeddings``, for builders that
     #: serve classes with different defaults; None: the key is required
     max_positions: int | None = None
+    #: the config class's default ``head_dim``; None: hidden_size / num_attention_heads
+    head_dim: int | None = None
+    #: the config class's default ``tie_word_embeddings``
+    tied: bool = False
+    #: RMSNorm weights per layer, as multiples of the hidden size (Gemma 2 and 3 have four)
+    layer_norms: int = 2
+    #: per-head RMSNorm on queries and keys (Qwen3, Gemma 3): head_dim weights each
+    qk_norm: bool = False
 
 
 def _llama_like(c: _Config, family: _Family) -> dict[str, Any]:
-    """LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM, Qwen2ForCausalLM."""
+    """LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM,
+    Qwen3MoeForCausalLM, Phi3ForCausalLM (fused qkv and gate_up, the same tensors' sizes),
+    GemmaForCausalLM, Gemma2ForCausalLM and Gemma3ForCausalLM."""
     model_type = family.model_type
     h = c.get_int("hidden_size")
     layers = c.get_int("num_hidden_layers")
@@ -207,18 +231,18 @@ def _llama_like(c: _Config, family: _Family) -> dict[str, Any]:
     kv = c.get_int("num_key_value_heads", heads)
     ffn = c.get_int("intermediate_size")
     vocab = c.get_int("vocab_size")
-    if c.doc.get("head_dim") is None:
+    if c.doc.get("head_dim") is None and family.head_dim is None:
         c.heads_divide(h, "hidden_size", heads, "num_attention_heads")
         hd = h // heads
     else:
-        hd = c.get_int("head_dim")
+        hd = c.get_int("head_dim", family.head_dim if family.head_dim is not None else _REQUIRED)
     max_pos = c.get_int(
         "max_position_embeddings", _REQUIRED if family.max_positions is None else family.max_positions
     )
-    tied = c.get_bool("tie_word_embeddings", False)
-    act = c.get_str("hidden_act", "silu")
+    tied = c.get_bool("tie_word_embeddings", family.tied)
+    act = c.get_str("hidden_activation", "") or c.get_str("hidden_act", "silu")
 
-    attn_bias = c.get_bool("attention_bias", False) if model_type == "llama" else False
+    attn_bias = c.get_bool("attention_bias", False) if model_type in ("llama", "qwen3", "qwen3_moe") else False
     mlp_bias = c.get_bool("mlp_bias", False) if model_type == "llama" else False
     q_out, kv_out = heads * hd, kv * hd
     attn = h * q_out + 2 * h * kv_out + q_out * h
@@ -226,8 +250,10 @@ def _llama_like(c: _Config, family: _Family) -> dict[str, Any]:
         attn += q_out + 2 * kv_out + h
     if model_type == "qwen2":
         attn += q_out + 2 * kv_out  # q/k/v carry biases, o_proj does not
+    if family.qk_norm:
+        attn += 2 * hd
     mlp = 3 * h * ffn + ((2 * ffn + h) if mlp_bias else 0)
-    norms = 2 * h
+    norms = family.layer_norms * h
     embeddings = vocab * h * (1 if tied else 2) + h  # embed_tokens (+ lm_head) + final norm
 
     out: dict[str, Any] = {}
@@ -243,11 +269,12 @@ def _llama_like(c: _Config, family: _Family) -> dict[str, Any]:
         out["active_params"] = layers * (attn + top_k * mlp + router + norms) + embeddings
         out["experts"] = experts
         out["experts_per_token"] = top_k
+    elif model_type == "qwen3_moe":
+        params, out = _qwen3_moe(c, h, layers, attn, norms, embeddings)
     else:
         params = layers * (attn + mlp + norms) + embeddings
 
     return {
-        **out,
         "kind": "decoder",
         "params": params,
         "layers": layers,
@@ -256,6 +283,7 @@ def _llama_like(c: _Config, family: _Family) -> dict[str, Any]:
         "kv_heads": kv,
         "head_dim": hd if heads * hd != h else None,
         "ffn": ffn,
+        **out,
         "vocab": vocab,
         "max_seq_len": max_pos,
         "mlp": _gated_mlp(act),
@@ -264,6 +292,30 @@ def _llama_like(c: _Config, family: _Family) -> dict[str, Any]:
         "softmax_fp32": True,
         "norm": "rmsnorm",  # LlamaRMSNorm: op by op
     }
+
+
+def _qwen3_moe(c: _Config, h: int, layers: int, attn: int, norms: int, embeddings: int) -> tuple[int, dict[str, Any]]:
+    """Qwen3MoeForCausalLM: every ``decoder_sparse_step``-th layer not in ``mlp_only_layers``
+    has ``num_experts`` SwiGLU experts of ``moe_intermediate_size`` and a bias-free router;
+    the others a dense MLP of ``intermediate_size``. No shared experts."""
+    experts = c.get_int("num_experts")
+    top_k = c.get_int("num_experts_per_tok")
+    moe_ffn = c.get_int("moe_intermediate_size")
+    step = c.get_int("decoder_sparse_step", 1)
+    dense_layers = c.doc.get("mlp_only_layers") or []
+    if top_k > experts:
+        raise DataFileError(f"{c.origin}: key 'num_experts_per_tok' ({top_k}) exceeds 'num_experts' ({experts})")
+    sparse = [i for i in range(layers) if i not in dense_layers and (i + 1) % step == 0]
+    dense = layers - len(sparse)
+    expert_mlp = 3 * h * moe_ffn
+    dense_mlp = 3 * h * c.get_int("intermediate_size")
+    per_layer = attn + norms
+    params = layers * per_layer + len(sparse) * (experts * expert_mlp + h * experts) + dense * dense_mlp + embeddings
+    active = layers * per_layer + len(sparse) * (top_k * expert_mlp + h * experts) + dense * dense_mlp + embeddings
+    if dense:
+        raise DataFileError(f"{c.origin}: dense layers among the experts' (mlp_only_layers, decoder_sparse_step) are "
+                            "not described by one layer shape", hint="trace it with exact mode")
+    return params, {"active_params": active, "experts": experts, "experts_per_token": top_k, "ffn": moe_ffn}
 
 
 def _gpt2(c: _Config, family: _Family) -> dict[str, Any]:
@@ -457,6 +509,14 @@ _FAMILIES: Mapping[str, _Family] = MappingProxyType({
         _Family("mixtral", "MixtralForCausalLM", _llama_like, max_positions=4096 * 32),
         _Family("mt5", "MT5ForConditionalGeneration", _t5),
         _Family("qwen2", "Qwen2ForCausalLM", _llama_like, max_positions=32768),
+        _Family("qwen3", "Qwen3ForCausalLM", _llama_like, max_positions=32768, head_dim=128, qk_norm=True),
+        _Family("qwen3_moe", "Qwen3MoeForCausalLM", _llama_like, max_positions=32768, head_dim=128, qk_norm=True),
+        _Family("phi3", "Phi3ForCausalLM", _llama_like, max_positions=4096),
+        _Family("gemma", "GemmaForCausalLM", _llama_like, max_positions=8192, head_dim=256, tied=True),
+        _Family("gemma2", "Gemma2ForCausalLM", _llama_like, max_positions=8192, head_dim=256, tied=True,
+                layer_norms=4),
+        _Family("gemma3_text", "Gemma3ForCausalLM", _llama_like, max_positions=131072, head_dim=256, tied=True,
+                layer_norms=4, qk_norm=True),
         _Family("roberta", "RobertaForMaskedLM", _bert_like),
         _Family("t5", "T5ForConditionalGeneration", _t5),
     )
