@@ -65,6 +65,7 @@ def estimate_case(case) -> tuple[int, int]:
         head=case.get("head", "lm"),
         target_len=case.get("target_len"),
         persistent_grads=bool(case.get("persistent_grads")),
+        optimizer_impl=case.get("optimizer_impl", "foreach"),
         context_bytes=HF_DOCS_CONTEXT_BYTES if device else 0,
     )
     est = estimate_memory(_shape(case), cfg)

@@ -82,6 +82,11 @@ class RunConfig(BaseModel):
     #: gradients stay allocated between steps: gradient accumulation, or
     #: zero_grad(set_to_none=False), the default before PyTorch 2.0
     persistent_grads: bool = False
+    #: how the optimizer updates: "foreach" (PyTorch's multi-tensor kernels, its CUDA
+    #: default since 2.0), "fused" (one kernel, fused=True) or "per-tensor" (a loop over
+    #: parameters: PyTorch before 2.0, transformers' own AdamW); only foreach holds a
+    #: temporary of every parameter at once
+    optimizer_impl: Literal["foreach", "fused", "per-tensor"] = "foreach"
     #: GPUs the model is spread over by ``strategy``
     gpus: int = Field(default=1, ge=1, le=1 << 16)
     strategy: Strategy = "ddp"

@@ -93,9 +93,9 @@ def check_traceable(cfg: RunConfig) -> None:
     if cfg.storage.quantised:
         raise UsageError(f"exact mode cannot trace {cfg.precision} weights: quantised kernels need CUDA",
                          hint=ANALYTIC, field="precision")
-    why = UNTRACEABLE_OPTIMIZERS.get(cfg.optimizer) if cfg.training else None
-    if why is not None:
-        raise UsageError(f"exact mode cannot trace {cfg.optimizer}: {why}", hint=ANALYTIC, field="optimizer")
+    reason = UNTRACEABLE_OPTIMIZERS.get(cfg.optimizer) if cfg.training else None
+    if reason is not None:
+        raise UsageError(f"exact mode cannot trace {cfg.optimizer}: {reason}", hint=ANALYTIC, field="optimizer")
     if cfg.adapter is not None and cfg.adapter.base_quantisation is not None:
         raise UsageError("exact mode cannot trace QLoRA: bitsandbytes' 4-bit layers need CUDA",
                          hint="trace LoRA of the same rank, or use the analytic model", field="adapter")

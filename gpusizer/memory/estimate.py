@@ -420,7 +420,7 @@ def weight_bytes(
 def optimizer_step_bytes(shape: ModelShape, cfg: RunConfig) -> int:
     """Temporaries the optimizer step holds on the GPU (OPTIMIZER_STEP_TEMPORARIES), per GPU."""
     train = trainable(shape, cfg)
-    per = OPTIMIZER_STEP_TEMPORARIES.get(cfg.optimizer, 0)
+    per = OPTIMIZER_STEP_TEMPORARIES.get(cfg.optimizer, 0) if cfg.optimizer_impl == "foreach" else 0
     if not cfg.training or not per or train.state_bytes is None or cfg.offload in ("optimizer", "all"):
         return 0
     return math.ceil(train.params * per * train.state_bytes / cfg.sharding.optimizer)
@@ -591,12 +591,14 @@ def _offload(state: _State, shape: ModelShape, cfg: RunConfig, trained: int) -> 
 
 def tied_embedding_gradient_bytes(shape: ModelShape, cfg: RunConfig) -> int:
     """With tied embeddings the output head and the embedding each produce a gradient of the
-    shared matrix; the second is a separate tensor until autograd accumulates it."""
+    shared matrix, and autograd sums them out of place: both contributions and their sum
+    (the one kept, counted with the gradients) are live at once. Exact mode shows the two
+    extra copies in fp32 under autocast and in 16 bits in pure bf16."""
     m = shape.transformer
     width = cfg.storage.grad_bytes
     if m is None or not m.tied_embeddings or not cfg.training or width is None or cfg.adapter is not None:
         return 0
-    return int(m.vocab * m.hidden * width / cfg.sharding.gradients)
+    return int(2 * m.vocab * m.hidden * width / cfg.sharding.gradients)
 
 
 def _head_input_gradient(shape: ModelShape, cfg: RunConfig, logits: int) -> int:
@@ -627,8 +629,8 @@ def _training_peak(shape: ModelShape, cfg: RunConfig, state: _State) -> tuple[in
     cast = _head_input_gradient(shape, cfg, logits)
     held = state.weights + state.opt + state.transient
     start_of_backward = held + kept_grads + acts + max(logits, cast + head, head + recompute)
-    # the end of backward: every gradient written; a tied embedding's second gradient (the
-    # embedding's, after the output head's) is live until autograd adds it to the first
+    # the end of backward: every gradient written, and a tied embedding's two gradient
+    # contributions live while autograd sums them
     end_of_backward = held + state.grads + tied_embedding_gradient_bytes(shape, cfg)
     optimizer_step = held + state.grads + optimizer_step_bytes(shape, cfg)
     transient = state.transient + recompute + logits
@@ -654,11 +656,10 @@ def _inference_peak(shape: ModelShape, cfg: RunConfig, state: _State) -> tuple[i
             # each quantised matrix is dequantised to 16 bits for its matmul
             h, f = m.hidden, m.ffn
             transient += 2 * max(h * f, h * (m.heads + 2 * m.n_kv_heads) * m.attention_head_dim) // tp
-    elif isinstance(shape.arch, CnnShape) and shape.arch.inference_bytes_per_sample_fp32 is not None:
-        cnn = shape.arch
-        scale = (cfg.image_size / cnn.image_size) ** 2 if cfg.image_size else 1.0
+    elif isinstance(shape.arch, CnnShape) and (per_sample := shape.arch.inference_bytes_per_sample_fp32):
+        scale = (cfg.image_size / shape.arch.image_size) ** 2 if cfg.image_size else 1.0
         width = cfg.storage.activation_bytes / 4
-        acts = int(cnn.inference_bytes_per_sample_fp32 * scale * width * cfg.batch / cfg.sharding.activations)
+        acts = int(per_sample * scale * width * cfg.batch / cfg.sharding.activations)
     elif shape.arch is not None:
         acts = activation_bytes(shape, cfg)[0]
         notes = ("CNN/RNN inference activations use the training figure, an upper bound",)
