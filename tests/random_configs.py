@@ -109,6 +109,8 @@ def _settings(rng: random.Random, family: str) -> dict[str, Any]:
         # CPU would count what a GPU does not, so T5 is drawn with eager attention
         "attention": "eager" if family == "t5" else rng.choice(("fused", "eager")),
     }
+    if family == "gemma2":
+        s["attention"] = "eager"  # transformers' Gemma 2 runs eager attention (SDPA has no softcapping)
     if train:
         s["precision"] = rng.choice(TRAIN_PRECISIONS)
         s["optimizer"] = rng.choice(OPTIMIZERS)
@@ -118,6 +120,9 @@ def _settings(rng: random.Random, family: str) -> dict[str, Any]:
         s["logits"] = "all" if encoder_only else rng.choice(("last", "all"))
     if family == "t5":
         s["target_len"] = rng.choice((64, 128, 256))
+    if family in ("mixtral", "qwen3_moe"):
+        # transformers 5 runs experts with grouped GEMM, whose kernel (and fake kernel) takes bf16 only
+        s["precision"] = "bf16"
     return s
 
 

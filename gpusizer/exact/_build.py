@@ -147,6 +147,11 @@ def build_hf_model(source: ModelSource, attention: str, dtype: torch.dtype) -> t
     with default_dtype(dtype), skipped_init():
         for name in names[:1] or _AUTO_CLASSES:
             cls = getattr(tf, name)
+            if attention == "sdpa" and getattr(cls, "_supports_sdpa", True) is False:
+                # (Gemma 2 keeps eager attention for its logit softcapping)
+                kwargs["attn_implementation"] = "eager"
+                notes.append(f"{name} does not support SDPA in transformers {tf.__version__}: traced with eager "
+                             "attention, as it runs")
             try:
                 # the dtype is given: transformers would otherwise take the config's torch_dtype
                 build = cls.from_config if name.startswith("Auto") else cls._from_config

@@ -232,6 +232,15 @@ def transformer_activation_bytes(
         recompute = 0
     # embedding dropout mask and final norm input
     stored += (sbh if dropout else 0) + r * sbh
+    if m.kind == "encoder-decoder":
+        # T5's relative position bias: each stack's first layer looks up an (s, s, heads)
+        # table and adds the mask, a (batch, heads, s, s) bias every layer shares and every
+        # checkpointed layer takes as an input; in the embedding's dtype (autocast leaves
+        # embeddings in fp32)
+        w = int(cfg.storage.weight_bytes)
+        stored += w * b * m.heads * (s * s + t * t) // tp
+        if cfg.checkpointing:
+            recompute += w * m.heads * s * s // tp
     # cross-entropy saves the fp32 log-softmax of the logits (the logits themselves
     # are not saved: the output head saves its input); at the start of backward
     # its fp32 gradient and that gradient cast to the logits' dtype are live
@@ -606,11 +615,11 @@ def _head_input_gradient(shape: ModelShape, cfg: RunConfig, logits: int) -> int:
     gradients until the head's backward finishes."""
     p = cfg.storage.activation_bytes
     m = shape.transformer
-    if cfg.head != "lm" or m is None:
+    if cfg.head != "lm":
         return logits
-    if cfg.loss == "full":
+    if cfg.loss == "full" and m is not None:
         return logits * p // (2 * loss_element_bytes(m, cfg))
-    return logits * p // (4 + p)
+    return logits * p // (4 + p)  # an fp32 gradient and its cast (RNNs, chunked and fused losses)
 
 
 def _training_peak(shape: ModelShape, cfg: RunConfig, state: _State) -> tuple[int, str, int, int, bool]:
