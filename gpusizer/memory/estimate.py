@@ -186,6 +186,11 @@ def _layer_activation_bytes(
     else:  # gelu: input and output of the activation
         mlp = 2 * p * s * b * f
     mlp *= k
+    if (m.experts or 1) > 1:
+        # routed experts (transformers 5's grouped GEMM): each token is copied once per
+        # routed expert, and each expert's output is kept per slot and again scaled by its
+        # routing weight before the sum: three (tokens x k x hidden) tensors saved
+        mlp += 3 * p * s * b * k * h
 
     cross = 0
     if cross_len is not None:
@@ -482,7 +487,11 @@ def inference_working_bytes(m: TransformerShape, cfg: RunConfig, seq_len: int, t
     p = cfg.storage.activation_bytes
     b, s, h = cfg.batch, seq_len, m.hidden
     base = 3 * p * s * b * h
-    mlp = INFERENCE_MLP_TENSORS[m.mlp] * (m.experts_per_token or 1) * p * s * b * m.ffn // tp
+    k = m.experts_per_token or 1
+    mlp = INFERENCE_MLP_TENSORS[m.mlp] * k * p * s * b * m.ffn // tp
+    if (m.experts or 1) > 1:
+        # routed experts: the tokens copied once per routed expert, and the experts' outputs per slot
+        mlp += 2 * p * s * b * k * h
     # eager attention: the scores and the softmax's output are live together; a model that
     # upcasts the softmax (softmax(x, dtype=float32)) first copies the 16-bit scores to fp32,
     # so the scores, that copy and the fp32 output are live at once. A decoder adds its
