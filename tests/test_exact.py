@@ -212,3 +212,22 @@ def test_analytic_families_count_parameters_exactly_as_transformers():
             with torch.device("meta"):
                 model = getattr(tf, HF_CLASS[family])(conf)
             assert model_from_hf_config(cfg, "random").params == sum(p.numel() for p in model.parameters()), cfg
+
+
+@needs_torch
+def test_lora_through_peft_trains_the_adapters_the_analytic_model_counts():
+    """Exact mode wraps the model with peft (all-linear, rank 8): the trainable parameters are
+    peft's, equal to the analytic adapter count (r x (n_in + n_out) per linear), and the two
+    peaks agree within 3%."""
+    from gpusizer import fit_model
+
+    cfg = str(DATA / "tiny-llama" / "config.json")
+    settings = dict(hf_config=cfg, memory=["8GiB"], batch=4, seq_len=256, adapter={"rank": 8})
+    exact = fit_model(method="exact", **settings).results
+    analytic = fit_model(**settings).results
+    assert exact.trace is not None
+    # per layer: q, o 8 x (256 + 256); k, v 8 x (256 + 64); gate, up, down 8 x (256 + 704)
+    assert exact.trace.trainable_params == 3 * (2 * 4096 + 2 * 2560 + 3 * 7680) == 109_056
+    assert exact.trace.versions["peft"]
+    a, e = analytic.breakdown.tensor_peak_bytes, exact.breakdown.tensor_peak_bytes
+    assert abs(a - e) <= 0.03 * e, (a, e)

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from gpusizer.domain.run import RunConfig
 from gpusizer.errors import GpusizerError, TraceError, UsageError
-from gpusizer.exact._build import build_hf_model, build_torch_model, make_inputs, transformers_module
+from gpusizer.exact._build import build_hf_model, build_torch_model, default_dtype, make_inputs, transformers_module
 from gpusizer.exact._tracker import GpuLike, LiveTensorTracker, run_backward, storage_bytes
 from gpusizer.exact.source import ANALYTIC, ExactTrace, ModelSource, check_traceable
 
@@ -101,13 +101,25 @@ def _add_adapters(model: nn.Module, cfg: RunConfig) -> tuple[nn.Module, str]:
     lora = peft.LoraConfig(r=cfg.adapter.rank, lora_alpha=2 * cfg.adapter.rank, target_modules=targets,
                            lora_dropout=0.0)
     try:
-        wrapped = peft.get_peft_model(model, lora, autocast_adapter_dtype=cfg.adapter.bytes_per_param == 4)
+        # peft casts adapters to fp32 in place (module._apply), which fake parameters refuse;
+        # the adapters are given new fp32 parameters below instead, as that cast leaves them
+        # the adapters are created in the base's dtype on the base's (fake) device, so peft's
+        # moves of each adapter beside its base layer change nothing; fake parameters refuse
+        # even a move that changes nothing (Module._apply swaps them), so .to() is skipped
+        to = nn.Module.to
+        nn.Module.to = lambda self, *args, **kwargs: self  # type: ignore[method-assign]
+        try:
+            with default_dtype(storage_dtype(cfg)):
+                wrapped = peft.get_peft_model(model, lora, autocast_adapter_dtype=False)
+        finally:
+            nn.Module.to = to  # type: ignore[method-assign]
     except Exception as exc:
         raise TraceError(f"peft could not add LoRA adapters: {str(exc).splitlines()[0][:200]}") from None
     if cfg.adapter.bytes_per_param == 4:
-        for p in wrapped.parameters():
-            if p.requires_grad and p.dtype != torch.float32:
-                raise TraceError("peft left adapters outside fp32")
+        for module in wrapped.modules():
+            weight = getattr(module, "weight", None)
+            if isinstance(weight, nn.Parameter) and weight.requires_grad and weight.dtype != torch.float32:
+                module.weight = nn.Parameter(weight.detach().to(torch.float32))
     return wrapped, peft.__version__
 
 
