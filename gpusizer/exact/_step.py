@@ -107,12 +107,12 @@ def _add_adapters(model: nn.Module, cfg: RunConfig) -> tuple[nn.Module, str]:
         # moves of each adapter beside its base layer change nothing; fake parameters refuse
         # even a move that changes nothing (Module._apply swaps them), so .to() is skipped
         to = nn.Module.to
-        nn.Module.to = lambda self, *args, **kwargs: self  # type: ignore[method-assign]
+        nn.Module.to = lambda self, *args, **kwargs: self
         try:
             with default_dtype(storage_dtype(cfg)):
                 wrapped = peft.get_peft_model(model, lora, autocast_adapter_dtype=False)
         finally:
-            nn.Module.to = to  # type: ignore[method-assign]
+            nn.Module.to = to
     except Exception as exc:
         raise TraceError(f"peft could not add LoRA adapters: {str(exc).splitlines()[0][:200]}") from None
     if cfg.adapter.bytes_per_param == 4:
