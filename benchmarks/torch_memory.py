@@ -100,8 +100,7 @@ import platform
 import shlex
 import sys
 import time
-import weakref
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -110,9 +109,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 import yaml
-from torch.overrides import TorchFunctionMode
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten, tree_map
+
+from gpusizer.exact._build import import_torchvision, transformers_module
+from gpusizer.exact._tracker import GpuLike, Info, LiveTensorTracker, run_backward
 
 REPO = Path(__file__).resolve().parent.parent
 ACT_OUT = REPO / "benchmarks" / "out" / "activation_counts.yaml"
@@ -124,164 +123,9 @@ SOURCE_TITLE = "gpusizer benchmarks/torch_memory.py"
 # ---------------------------------------------------------------------------------------------
 
 
-def import_torchvision() -> Any:
-    """Import torchvision; if its C ops do not load (CUDA wheel next to CPU torch), skip the
-    fake-op registrations that need them so the Python model definitions still import."""
-    try:
-        import torchvision
-
-        return torchvision
-    except RuntimeError:
-        for name in list(sys.modules):
-            if name == "torchvision" or name.startswith("torchvision."):
-                del sys.modules[name]
-        import torch.library as tl
-
-        original = tl.register_fake
-        tl.register_fake = lambda *a, **k: (lambda fn: fn)  # type: ignore[assignment]
-        try:
-            import torchvision
-        finally:
-            tl.register_fake = original
-        return torchvision
-
-
-_TRANSFORMERS = None
-
-
-def transformers() -> Any:
-    global _TRANSFORMERS
-    if _TRANSFORMERS is None:
-        import_torchvision()  # transformers imports torchvision when present
-        import transformers as tf
-
-        tf.logging.set_verbosity_error()
-        # transformers treats FakeTensors as "tracing" and then materialises the causal mask for
-        # SDPA instead of passing is_causal=True as it does with real tensors. With no padding mask
-        # (all cases here) the decision only depends on shapes, so decide it as for real tensors.
-        import transformers.masking_utils as mu
-
-        original = mu._ignore_causal_mask_sdpa
-
-        def ignore_causal_mask_sdpa(*args: Any, **kwargs: Any) -> bool:
-            saved = mu.is_tracing
-            mu.is_tracing = lambda *a, **k: False
-            try:
-                return original(*args, **kwargs)
-            finally:
-                mu.is_tracing = saved
-
-        mu._ignore_causal_mask_sdpa = ignore_causal_mask_sdpa
-        # Likewise it cannot read fake position ids to rule out sequence packing; ours are aranges.
-        from torch._subclasses.fake_tensor import FakeTensor
-
-        find_packed = mu.find_packed_sequence_indices
-        mu.find_packed_sequence_indices = lambda pos: None if isinstance(pos, FakeTensor) else find_packed(pos)
-        _TRANSFORMERS = tf
-    return _TRANSFORMERS
-
-
-# ---------------------------------------------------------------------------------------------
-# the live-tensor tracker
-# ---------------------------------------------------------------------------------------------
-
-
-class Info:
-    __slots__ = ("nbytes", "kind", "op", "phase", "dtype", "weight_copy")
-
-    def __init__(self, nbytes: int, kind: str, op: str, phase: str, dtype: torch.dtype) -> None:
-        self.nbytes = nbytes
-        self.kind = kind  # weight | buffer | input | grad | optimizer | kv_cache | other
-        self.op = op
-        self.phase = phase
-        self.dtype = dtype
-        self.weight_copy = False  # _to_copy of a parameter (autocast cache)
-
-
-class LiveTensorTracker(TorchDispatchMode):
-    """Sum of the bytes of all distinct live tensor storages, with its peak."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.live: dict[int, Info] = {}
-        self.current = 0
-        self.peak = 0
-        self.peak_infos: list[Info] = []
-        self.peak_phase = ""
-        self.phase = "setup"
-        self.phase_peaks: dict[str, int] = defaultdict(int)
-        self.ops: Counter[str] = Counter()
-        self._finalizers: list[weakref.finalize] = []
-
-    # -- registration -------------------------------------------------------------------------
-    def _free(self, key: int, info: Info) -> None:
-        if self.live.get(key) is info:
-            del self.live[key]
-            self.current -= info.nbytes
-
-    def register(self, t: torch.Tensor, kind: str = "other", op: str = "") -> Info | None:
-        if not isinstance(t, torch.Tensor) or t.is_sparse or t.is_nested:
-            return None
-        st = t.untyped_storage()
-        key = id(st)
-        info = self.live.get(key)
-        nbytes = st.nbytes()
-        if info is not None:
-            if info.nbytes != nbytes:  # resized in place
-                self.current += nbytes - info.nbytes
-                info.nbytes = nbytes
-                self._update_peak()
-            if kind != "other":
-                info.kind = kind
-            return info
-        info = Info(nbytes, kind, op, self.phase, t.dtype)
-        self.live[key] = info
-        self.current += nbytes
-        weakref.finalize(st, self._free, key, info)
-        self._update_peak()
-        return info
-
-    def classify(self, t: torch.Tensor | None, kind: str) -> None:
-        if isinstance(t, torch.Tensor):
-            info = self.live.get(id(t.untyped_storage()))
-            if info is None:
-                self.register(t, kind)
-            else:
-                info.kind = kind
-
-    def _update_peak(self) -> None:
-        if self.current > self.phase_peaks[self.phase]:
-            self.phase_peaks[self.phase] = self.current
-        if self.current > self.peak:
-            self.peak = self.current
-            self.peak_phase = self.phase
-            self.peak_infos = list(self.live.values())
-
-    def reset_peak(self) -> None:
-        self.peak = self.current
-        self.peak_phase = self.phase
-        self.peak_infos = list(self.live.values())
-        self.phase_peaks = defaultdict(int)
-        self.ops = Counter()
-
-    def snapshot(self) -> list[Info]:
-        return list(self.live.values())
-
-    # -- dispatch -----------------------------------------------------------------------------
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        name = str(func)
-        self.ops[name] += 1
-        copy_of_weight = False
-        if func is torch.ops.aten._to_copy.default and isinstance(args[0], torch.Tensor):
-            src = self.live.get(id(args[0].untyped_storage()))
-            copy_of_weight = src is not None and src.kind == "weight"
-        for t in tree_flatten(out)[0]:
-            if isinstance(t, torch.Tensor):
-                info = self.register(t, op=name)
-                if info is not None and copy_of_weight:
-                    info.weight_copy = True
-        return out
+# the model-building helpers, the live-tensor tracker and the CPU-to-CUDA rerouting are exact
+# mode's own (gpusizer/exact/), so this script and `fit-model --exact` count the same way
+transformers = transformers_module
 
 
 def by_kind(infos: list[Info]) -> dict[str, int]:
@@ -334,75 +178,6 @@ def saved_tensor_bytes(root: torch.Tensor, tracker: LiveTensorTracker) -> dict[s
 # ---------------------------------------------------------------------------------------------
 # CUDA-like behaviour on CPU
 # ---------------------------------------------------------------------------------------------
-
-_LOW = (torch.bfloat16, torch.float16)
-
-
-def _autocast_fp32_funcs() -> tuple[set[Any], set[Any]]:
-    """CUDA autocast's float32 policies (aten/src/ATen/autocast_mode.h) for the ops that occur in
-    these models: ``cast`` ops get a float32 copy of their 16-bit inputs, ``opt_dtype`` ops
-    (softmax, log_softmax, sum, cumsum) run with ``dtype=torch.float32``."""
-    cast: set[Any] = {F.layer_norm, F.group_norm, torch.Tensor.__pow__}
-    for n in ("pow", "exp", "log", "rsqrt", "reciprocal"):
-        for owner in (torch, torch.Tensor):
-            cast.add(getattr(owner, n))
-    opt_dtype: set[Any] = {F.softmax, F.log_softmax}
-    for n in ("softmax", "log_softmax", "sum", "cumsum"):
-        for owner in (torch, torch.Tensor):
-            opt_dtype.add(getattr(owner, n))
-    return cast, opt_dtype
-
-
-class GpuLike(TorchFunctionMode):
-    """Route a few CPU code paths to what CUDA would do (see the module docstring)."""
-
-    def __init__(self, dropout: bool = True, sdpa: bool = True, autocast: bool = True) -> None:
-        super().__init__()
-        self.dropout = dropout
-        self.sdpa = sdpa
-        self.autocast = autocast
-        self.cast_fp32, self.opt_dtype_fp32 = _autocast_fp32_funcs()
-        self.counts: Counter[str] = Counter()
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = dict(kwargs or {})
-        if self.dropout and func is F.dropout:
-            inp = args[0]
-            p = kwargs.get("p", args[1] if len(args) > 1 else 0.5)
-            training = kwargs.get("training", args[2] if len(args) > 2 else True)
-            if training and p > 0:
-                self.counts["dropout->native_dropout"] += 1
-                return torch.native_dropout(inp, p, True)[0]
-            return inp
-        if self.sdpa and func is F.scaled_dot_product_attention:
-            dp = kwargs.get("dropout_p", args[4] if len(args) > 4 else 0.0)
-            if dp:
-                self.counts["sdpa dropout_p->0"] += 1
-                if len(args) > 4:
-                    args = (*args[:4], 0.0, *args[5:])
-                else:
-                    kwargs["dropout_p"] = 0.0
-        elif self.autocast and torch.is_autocast_enabled("cpu"):
-            def low(t: Any) -> bool:
-                return isinstance(t, torch.Tensor) and t.dtype in _LOW
-
-            def up(t: Any) -> Any:
-                return t.float() if low(t) else t
-
-            name = getattr(func, "__name__", str(func))
-            if func in self.cast_fp32:
-                if func in (F.layer_norm, F.group_norm):
-                    if low(args[0]):
-                        self.counts[f"{name}: input cast to fp32"] += 1
-                        args = (up(args[0]), *args[1:])
-                elif any(low(t) for t in tree_flatten((args, kwargs))[0]):
-                    self.counts[f"{name}: inputs cast to fp32"] += 1
-                    args, kwargs = tree_map(up, (args, kwargs))
-            elif func in self.opt_dtype_fp32 and kwargs.get("dtype") is None and low(args[0]):
-                self.counts[f"{name}: dtype=float32"] += 1
-                kwargs["dtype"] = torch.float32
-        return func(*args, **kwargs)
-
 
 # ---------------------------------------------------------------------------------------------
 # models
@@ -711,16 +486,6 @@ def _fake_ctx(opts: Options) -> contextlib.AbstractContextManager[Any]:
 
 def _gpu_ctx(opts: Options) -> contextlib.AbstractContextManager[Any]:
     return GpuLike() if opts.gpu_like else contextlib.nullcontext()
-
-
-def run_backward(loss: torch.Tensor) -> None:
-    """``loss.backward()`` without going through ``__torch_function__``: a torch-function mode
-    (GpuLike) is switched off while it handles a call, so ``loss.backward()`` would run the whole
-    backward -- including the recomputation of activation checkpointing -- without it."""
-    from torch.autograd.graph import _engine_run_backward
-
-    _engine_run_backward((loss,), (torch.ones_like(loss),), False, False, (),
-                         allow_unreachable=True, accumulate_grad=True)
 
 
 def run_training(case: Case, opts: Options) -> dict[str, Any]:

@@ -4,7 +4,7 @@ code paths changed to behave as CUDA's do. Needs torch."""
 from __future__ import annotations
 
 import weakref
-from collections import defaultdict
+from collections import Counter, defaultdict
 from typing import Any
 
 import torch
@@ -101,6 +101,9 @@ class LiveTensorTracker(TorchDispatchMode):  # type: ignore[misc]
         self.ops = 0
         self.phase_peaks = defaultdict(int)
 
+    def snapshot(self) -> list[Info]:
+        return list(self.live.values())
+
     def bytes_by_kind(self, infos: list[Info] | None = None) -> dict[str, int]:
         out: dict[str, int] = defaultdict(int)
         for i in self.live.values() if infos is None else infos:
@@ -160,6 +163,8 @@ class GpuLike(TorchFunctionMode):  # type: ignore[misc]
     def __init__(self) -> None:
         super().__init__()
         self.cast_fp32, self.opt_dtype_fp32 = _autocast_fp32_funcs()
+        #: how often each rerouting applied, for reports
+        self.counts: Counter[str] = Counter()
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = dict(kwargs or {})
@@ -167,12 +172,15 @@ class GpuLike(TorchFunctionMode):  # type: ignore[misc]
             p = kwargs.get("p", args[1] if len(args) > 1 else 0.5)
             training = kwargs.get("training", args[2] if len(args) > 2 else True)
             if training and p > 0:
+                self.counts["dropout->native_dropout"] += 1
                 return torch.native_dropout(args[0], p, True)[0]
             return args[0]
         if func is F.scaled_dot_product_attention:
             if len(args) > 4 and args[4]:
+                self.counts["sdpa dropout_p->0"] += 1
                 args = (*args[:4], 0.0, *args[5:])
             elif kwargs.get("dropout_p"):
+                self.counts["sdpa dropout_p->0"] += 1
                 kwargs["dropout_p"] = 0.0
         elif torch.is_autocast_enabled("cpu"):
             args, kwargs = self._fp32_policy(func, args, kwargs)
@@ -185,13 +193,17 @@ class GpuLike(TorchFunctionMode):  # type: ignore[misc]
         def up(t: Any) -> Any:
             return t.float() if low(t) else t
 
+        name = getattr(func, "__name__", str(func))
         if func in self.cast_fp32:
             if func in (F.layer_norm, F.group_norm):
                 if low(args[0]):
+                    self.counts[f"{name}: input cast to fp32"] += 1
                     args = (up(args[0]), *args[1:])
             elif any(low(t) for t in tree_flatten((args, kwargs))[0]):
+                self.counts[f"{name}: inputs cast to fp32"] += 1
                 args, kwargs = tree_map(up, (args, kwargs))
         elif func in self.opt_dtype_fp32 and kwargs.get("dtype") is None and low(args[0]):
+            self.counts[f"{name}: dtype=float32"] += 1
             kwargs["dtype"] = torch.float32
         return args, kwargs
 
