@@ -2,8 +2,8 @@
 
 A fixed-seed sample (seed 3, never used while the physics was corrected) of the cases
 benchmarks/analytic_vs_exact.py draws; docs/method.md (2.12) has the full tables. The
-bounds are the issue's targets where the model meets them, and otherwise the figures it
-reaches, so that a change that makes it worse fails.
+bounds are the targets: median error at most 3%, 95th percentile at most 10% (at this
+commit the sample gives 0.7% and 5.5%, worst 8.9%).
 """
 
 from __future__ import annotations
@@ -39,11 +39,7 @@ def test_median_error_meets_the_3_percent_target(rows):
     assert statistics.median(errors) <= 0.03, [(r["id"], round(r["error"], 3)) for r in rows]
 
 
-def test_95th_percentile_error(rows):
+def test_95th_percentile_error_meets_the_10_percent_target(rows):
     errors = sorted(abs(r["error"]) for r in rows)
     p95 = errors[-(-95 * len(errors) // 100) - 1]
-    assert p95 <= P95_BOUND, [(r["id"], round(r["error"], 3)) for r in rows]
-
-
-#: the issue's target is 10%
-P95_BOUND = 0.10
+    assert p95 <= 0.10, [(r["id"], round(r["error"], 3)) for r in rows]
