@@ -55,6 +55,13 @@ class TransformerShape(BaseModel):
     dropout: bool = False
     norm: Literal["layernorm", "rmsnorm"] = "layernorm"
     softmax_fp32: bool = False
+    #: RMSNorms per layer (Gemma 2 and 3 add a norm after attention and after the MLP)
+    norms_per_layer: int = Field(default=2, ge=2)
+    #: per-head RMSNorm on queries and keys (Qwen3, Gemma 3)
+    qk_norm: bool = False
+    #: tanh soft-capping of the attention scores and of the final logits (Gemma 2)
+    attn_softcap: bool = False
+    final_softcap: bool = False
 
     @property
     def loss_fp32(self) -> bool:
@@ -164,6 +171,8 @@ def arch_of(model: Model) -> Arch:
             max_seq_len=model.max_seq_len, mlp=model.mlp or "gelu", experts=model.experts or 1,
             experts_per_token=model.experts_per_token or 1, tied_embeddings=bool(model.tied_embeddings),
             dropout=bool(model.dropout), norm=model.norm or "layernorm", softmax_fp32=bool(model.softmax_fp32),
+            norms_per_layer=model.norms_per_layer or 2, qk_norm=bool(model.qk_norm),
+            attn_softcap=bool(model.attn_softcap), final_softcap=bool(model.final_softcap),
         )
     assert model.activation_bytes_per_sample_fp32 is not None
     if model.kind == "cnn":

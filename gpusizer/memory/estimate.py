@@ -156,10 +156,17 @@ def _layer_activation_bytes(
         # x.to(float32).pow(2).mean() then x * rsqrt(...) then weight * (...):
         # an fp32 tensor more per norm than a fused norm keeps
         replicated += 2 * 4 * sbh
+    # Gemma 2 and 3's norms after attention and after the MLP each save the fp32 upcast of
+    # their input and the fp32 normalised value (exact mode: 8 bytes an element in bf16,
+    # mixed and fp32 alike)
+    replicated += 8 * ((m.norms_per_layer or 2) - 2) * sbh
 
     # grouped KV heads are repeated to the full head count before the attention
     # matmuls (HF's repeat_kv), so K and V are saved at a heads each
     qkv = p * s * b * (a * d + 2 * a * d)
+    if m.qk_norm:
+        # the per-head RMSNorms on q and k save the same 8 bytes an element as a post-norm
+        qkv += 8 * s * b * (a + g) * d
     proj_in = p * s * b * a * d
     if flash:
         # no s x s matrix: the fused kernel saves its own output and an fp32
@@ -167,6 +174,8 @@ def _layer_activation_bytes(
         scores = p * s * b * a * d + 4 * a * s * b
     else:
         scores = score_elem * a * s * s * b
+        if m.attn_softcap:
+            scores += p * a * s * s * b  # tanh's output, saved for its backward
     attention = qkv + proj_in + scores
 
     # 0.5*x*(1 + tanh(c*(x + 0.044715*x^3))) op by op saves x (pow's input),
@@ -246,11 +255,24 @@ def transformer_activation_bytes(
         stored += w * b * m.heads * (s * s + t * t) // tp
         if cfg.checkpointing:
             recompute += w * m.heads * s * s // tp
-    # cross-entropy saves the fp32 log-softmax of the logits (the logits themselves
-    # are not saved: the output head saves its input); at the start of backward
-    # its fp32 gradient and that gradient cast to the logits' dtype are live
-    t_len = cfg.target_len or s
-    tokens_out = t_len * b
+    saved_logits, logits = _loss_bytes(m, cfg, (cfg.target_len or s) * b, tp)
+    if cfg.adapter is not None and not cfg.checkpointing:
+        # each adapter saves its rank-r intermediate (x A) for backward, in 16 bits
+        stored += 2 * adapter_input_elements(m, cfg.adapter) * b * s // tp
+    if st.autocast and not cfg.checkpointing:
+        # autocast's 16-bit copies of the layer weights are saved for backward
+        # (under checkpointing they are recomputed instead); sharded runs hold
+        # copies of their own shard only
+        stored += int(2 * matrix_params(m) / shards)
+    return stored + saved_logits, recompute, logits
+
+
+def _loss_bytes(m: TransformerShape, cfg: RunConfig, tokens_out: int, tp: int) -> tuple[int, int]:
+    """(saved, backward transient) bytes of the output head's loss over ``tokens_out`` tokens.
+
+    Cross-entropy saves the log-softmax of the logits (the logits themselves are not saved:
+    the output head saves its input)."""
+    p = cfg.storage.activation_bytes
     if cfg.head == "lm" and cfg.loss == "fused":
         # fused linear cross-entropy (Liger-Kernel) computes logits, loss and gradients
         # chunk by chunk in the forward pass, ceil(vocab / hidden) chunks of tokens; it
@@ -270,20 +292,14 @@ def transformer_activation_bytes(
         w = loss_element_bytes(m, cfg)
         saved_logits = w * tokens_out * m.vocab // tp
         logits = 2 * w * tokens_out * m.vocab // tp
+        if m.final_softcap:
+            saved_logits += p * tokens_out * m.vocab // tp  # tanh's output, in the logits' dtype
     elif cfg.head == "logits":  # logits kept, no cross-entropy (e.g. loss = logits.sum())
         saved_logits = p * tokens_out * m.vocab // tp
         logits = p * tokens_out * m.vocab // tp
     else:
         saved_logits = logits = 0
-    if cfg.adapter is not None and not cfg.checkpointing:
-        # each adapter saves its rank-r intermediate (x A) for backward, in 16 bits
-        stored += 2 * adapter_input_elements(m, cfg.adapter) * b * s // tp
-    if st.autocast and not cfg.checkpointing:
-        # autocast's 16-bit copies of the layer weights are saved for backward
-        # (under checkpointing they are recomputed instead); sharded runs hold
-        # copies of their own shard only
-        stored += int(2 * matrix_params(m) / shards)
-    return stored + saved_logits, recompute, logits
+    return saved_logits, logits
 
 
 def loss_element_bytes(m: TransformerShape, cfg: RunConfig) -> int:
@@ -496,7 +512,7 @@ def inference_working_bytes(m: TransformerShape, cfg: RunConfig, seq_len: int, t
     # upcasts the softmax (softmax(x, dtype=float32)) first copies the 16-bit scores to fp32,
     # so the scores, that copy and the fp32 output are live at once. A decoder adds its
     # causal mask, one (s x s) matrix per sequence in the activations' dtype.
-    score_bytes = p + (8 if m.softmax_fp32 and p < 4 else p)
+    score_bytes = p + (8 if m.softmax_fp32 and p < 4 else p)  # (soft-capping replaces the scores)
     mask = p * s * s * b if m.kind == "decoder" else 0
     attn = (score_bytes * m.heads * s * s * b // tp + mask) if not cfg.flash_attention else 4 * m.heads * s * b
     qkv = p * s * b * (m.heads + 2 * m.n_kv_heads) * m.attention_head_dim // tp
@@ -504,6 +520,8 @@ def inference_working_bytes(m: TransformerShape, cfg: RunConfig, seq_len: int, t
     # keeps every position's, in the activations' dtype (transformers >= 4.45 no longer
     # upcasts them unless it computes a loss)
     logits = 4 * b * m.vocab if cfg.logits == "last" else p * s * b * m.vocab // tp
+    if m.final_softcap:
+        logits *= 2  # logits / cap, tanh and * cap: two logit-sized tensors at a time
     # the layers' tensors are freed before the head runs: the peak is the larger of a
     # layer's working set and the head's (the final hidden state, its norm, the logits)
     return max(base + max(mlp, attn + qkv), 2 * p * s * b * h + logits)

@@ -220,6 +220,11 @@ class _Family:
     qk_norm: bool = False
 
 
+#: model types whose config classes soft-cap by default (Gemma2Config: 50.0 and 30.0); a key
+#: present in config.json, null included, decides
+_SOFTCAP_DEFAULTS: Mapping[str, float] = MappingProxyType({"gemma2": 30.0})
+
+
 def _llama_like(c: _Config, family: _Family) -> dict[str, Any]:
     """LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM,
     Qwen3MoeForCausalLM, Phi3ForCausalLM (fused qkv and gate_up, the same tensors' sizes),
@@ -291,6 +296,10 @@ def _llama_like(c: _Config, family: _Family) -> dict[str, Any]:
         "dropout": _dropout(c, {"attention_dropout": 0.0}),
         "softmax_fp32": True,
         "norm": "rmsnorm",  # LlamaRMSNorm: op by op
+        "norms_per_layer": family.layer_norms,
+        "qk_norm": family.qk_norm,
+        "attn_softcap": c.doc.get("attn_logit_softcapping", _SOFTCAP_DEFAULTS.get(model_type)) is not None,
+        "final_softcap": c.doc.get("final_logit_softcapping", _SOFTCAP_DEFAULTS.get(model_type)) is not None,
     }
 
 

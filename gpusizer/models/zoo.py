@@ -60,6 +60,12 @@ class Model(BaseModel):
     #: the reference implementation computes attention softmax in fp32 even in
     #: 16-bit training (HF Llama, Mistral, T5, GPT-NeoX do; GPT-2 and BERT do not)
     softmax_fp32: bool | None = None
+    #: RMSNorms per layer (2; Gemma 2 and 3: 4), q/k RMSNorms (Qwen3, Gemma 3), tanh
+    #: soft-capping of attention scores and final logits (Gemma 2)
+    norms_per_layer: int | None = Field(default=None, ge=2, le=8)
+    qk_norm: bool | None = None
+    attn_softcap: bool | None = None
+    final_softcap: bool | None = None
 
     # CNN / RNN measured figures
     image_size: int | None = Field(default=None, gt=0)
