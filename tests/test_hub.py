@@ -11,6 +11,7 @@ subprocess rather than an in-process run.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import re
@@ -344,3 +345,19 @@ def test_bad_repository_id_without_json(hub: FakeHub, tmp_path: Path) -> None:
     assert result.returncode == 2
     assert result.stdout == ""
     assert result.stderr.startswith("Error: --hf-model: '../etc' is not a Hugging Face repository id\n")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None or importlib.util.find_spec("transformers") is None,
+                    reason="needs gpusizer[torch] (CI runs it in its own virtualenv)")
+def test_exact_mode_builds_a_model_read_from_the_hub(hub: FakeHub, tmp_path: Path) -> None:
+    """Acceptance: fit-model --exact --hf-model against the local test hub downloads the
+    config and traces the model transformers builds from it, with the same count."""
+    env = hub_env(tmp_path, hub.url)
+    result = run_cli("fit-model", "--exact", "--hf-model", "test-org/tiny-llama", "--batch", "2", "--seq-len", "128",
+                     "--memory", "24GiB", "--json", env=env)
+    doc = ok_document(result)
+    assert doc["results"]["method"] == "exact"
+    assert doc["input"]["exact"]["source"] == "hf-model" and doc["input"]["exact"]["ref"] == "test-org/tiny-llama"
+    assert doc["results"]["params"] == llama_params(TINY_LLAMA)
+    assert doc["results"]["trace"]["model_class"] == "LlamaForCausalLM"
+    assert "Traceback" not in result.stderr
