@@ -17,6 +17,10 @@ from typing import Literal, get_args
 Mode = Literal["train", "inference"]
 #: adam8bit: bitsandbytes 8-bit Adam; paged-adamw-8bit the same with its state in paged (CPU-evictable) memory
 Optimizer = Literal["sgd", "momentum", "adam", "adamw", "adafactor", "adam8bit", "paged-adamw-8bit"]
+#: How the optimizer steps: one fused kernel (the default of transformers' Trainer on
+#: PyTorch >= 2.8, torchtune, DeepSpeed and Megatron), PyTorch's multi-tensor "foreach"
+#: kernels (torch.optim's own CUDA default), or a loop over parameters
+OptimizerImpl = Literal["fused", "foreach", "per-tensor"]
 Head = Literal["lm", "classifier"]
 #: Inference logits: the last position only (generate(), serving engines) or every position (a plain forward pass, scoring)
 Logits = Literal["last", "all"]

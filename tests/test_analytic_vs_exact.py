@@ -1,9 +1,10 @@
 """The analytic memory model against exact mode on random configurations (needs gpusizer[torch]).
 
-A fixed-seed sample (seed 3, never used while the physics was corrected) of the cases
-benchmarks/analytic_vs_exact.py draws; docs/method.md (2.12) has the full tables. The
-bounds are the targets: median error at most 3%, 95th percentile at most 10% (at this
-commit the sample gives 0.7% and 5.5%, worst 8.9%).
+A fixed-seed sample (seed 5, drawn after the last correction and never looked at before
+these bounds were set) of the cases benchmarks/analytic_vs_exact.py draws; docs/method.md
+(2.12) has the full tables. The bounds are the targets: median error at most 3%, 95th
+percentile at most 10% (at this commit the sample gives 0.9% and 7.8%, worst 13.2%: a
+Phi-3 fp32 inference pass).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("torch") is None or importlib.util.find_spec("transformers") is None,
     reason="needs gpusizer[torch] (CI runs it in its own virtualenv)")
 
-SEED, CASES = 3, 24
+SEED, CASES = 5, 24
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from gpusizer.choices import Attention, Head, Logits, LossKind, Optimizer
+from gpusizer.choices import Attention, Head, Logits, LossKind, Optimizer, OptimizerImpl
 from gpusizer.domain.parallelism import Offload, OffloadTarget, Strategy
 from gpusizer.domain.precision import KvCache, WeightFormatName
 from gpusizer.errors import UsageError
@@ -139,6 +139,10 @@ def adapter_settings(lora: int | None, qlora: bool, targets: str, double_quant: 
 ImageOpt = Annotated[int | None, typer.Option("--image-size", min=8, help="Image side in pixels (CNNs).")]
 TrainOpt = Annotated[bool, typer.Option("--train/--inference", help="Training step (default) or inference.")]
 OptimizerOptT = Annotated[Optimizer, typer.Option(help="Optimizer (training).")]
+OptimizerImplOpt = Annotated[OptimizerImpl, typer.Option("--optimizer-impl", help=(
+    "How the optimizer steps: fused (one kernel: transformers' Trainer on PyTorch >= 2.8, torchtune, DeepSpeed; "
+    "default), foreach (torch.optim's multi-tensor default: Adam holds a temporary as large as its state) "
+    "or per-tensor (a loop over parameters)."))]
 StrategyOptT = Annotated[Strategy, typer.Option(
     help="ddp replicates; zero1/2/3 and fsdp shard over every GPU; tp splits each layer over a node's GPUs.")]
 HeadOptT = Annotated[Head, typer.Option(

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-from gpusizer.choices import Logits, LossKind, Mode, Optimizer
+from gpusizer.choices import Logits, LossKind, Mode, Optimizer, OptimizerImpl
 from gpusizer.domain.finetune import Adapter
 from gpusizer.domain.parallelism import Offload, OffloadTarget, Parallelism, Sharding, Strategy, sharding
 from gpusizer.domain.precision import (
@@ -82,11 +82,9 @@ class RunConfig(BaseModel):
     #: gradients stay allocated between steps: gradient accumulation, or
     #: zero_grad(set_to_none=False), the default before PyTorch 2.0
     persistent_grads: bool = False
-    #: how the optimizer updates: "foreach" (PyTorch's multi-tensor kernels, its CUDA
-    #: default since 2.0), "fused" (one kernel, fused=True) or "per-tensor" (a loop over
-    #: parameters: PyTorch before 2.0, transformers' own AdamW); only foreach holds a
-    #: temporary of every parameter at once
-    optimizer_impl: Literal["foreach", "fused", "per-tensor"] = "foreach"
+    #: how the optimizer steps (choices.OptimizerImpl); only foreach holds a temporary of
+    #: every parameter at once
+    optimizer_impl: OptimizerImpl = "fused"
     #: GPUs the model is spread over by ``strategy``
     gpus: int = Field(default=1, ge=1, le=1 << 16)
     strategy: Strategy = "ddp"

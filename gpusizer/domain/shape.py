@@ -62,6 +62,8 @@ class TransformerShape(BaseModel):
     #: tanh soft-capping of the attention scores and of the final logits (Gemma 2)
     attn_softcap: bool = False
     final_softcap: bool = False
+    #: T5's learned relative position bias, added to every layer's attention scores
+    relative_position_bias: bool = False
 
     @property
     def loss_fp32(self) -> bool:
@@ -173,6 +175,7 @@ def arch_of(model: Model) -> Arch:
             dropout=bool(model.dropout), norm=model.norm or "layernorm", softmax_fp32=bool(model.softmax_fp32),
             norms_per_layer=model.norms_per_layer or 2, qk_norm=bool(model.qk_norm),
             attn_softcap=bool(model.attn_softcap), final_softcap=bool(model.final_softcap),
+            relative_position_bias=bool(model.relative_position_bias),
         )
     assert model.activation_bytes_per_sample_fp32 is not None
     if model.kind == "cnn":

@@ -126,7 +126,7 @@ def hf_config_object(source: ModelSource) -> tuple[Any, list[str]]:
     model_type = doc.pop("model_type")
     try:
         return tf.AutoConfig.for_model(model_type, **doc), notes
-    except ValueError as exc:
+    except Exception as exc:
         raise TraceError(f"transformers {tf.__version__} does not know model_type {model_type!r}: {_first_line(exc)}",
                          hint="upgrade transformers, or trust the repository's own code (trust_remote_code)") from None
 
@@ -205,6 +205,8 @@ def build_torch_model(source: ModelSource, dtype: torch.dtype) -> nn.Module:
     except ImportError as exc:
         raise UsageError(f"cannot import {module_name}: {_first_line(exc)}", hint="install it, or check the name",
                          field="torch_model") from None
+    except (Exception, SystemExit) as exc:  # the module's own code failed on import
+        raise TraceError(f"importing {module_name} failed: {type(exc).__name__}: {_first_line(exc)}") from None
     for part in attr.split("."):
         if not hasattr(obj, part):
             raise UsageError(f"{module_name} has no {attr}", field="torch_model")
@@ -214,8 +216,8 @@ def build_torch_model(source: ModelSource, dtype: torch.dtype) -> nn.Module:
     try:
         with default_dtype(dtype), skipped_init():
             model = obj()
-    except Exception as exc:
-        raise TraceError(f"{source.ref}() failed: {_first_line(exc)}") from None
+    except (Exception, SystemExit) as exc:
+        raise TraceError(f"{source.ref}() failed: {type(exc).__name__}: {_first_line(exc)}") from None
     if not isinstance(model, nn.Module):
         raise TraceError(f"{source.ref}() returned {type(model).__name__}, not a torch.nn.Module")
     return model
@@ -235,7 +237,8 @@ def make_inputs(model: nn.Module, source: ModelSource, cfg: RunConfig, training:
     if source.kind == "torch-model":
         side = cfg.image_size or DEFAULT_IMAGE_SIZE
         shape = source.input_shape or (3, side, side)
-        return {"x": torch.randn(b, *shape)}
+        # the input in the weights' dtype (autocast takes fp32 inputs to fp32 weights)
+        return {"x": torch.randn(b, *shape, dtype=_float_dtype(model))}
     config = model.config
     name = getattr(model, "main_input_name", "input_ids")
     inputs: dict[str, Any] = {}
@@ -248,17 +251,22 @@ def make_inputs(model: nn.Module, source: ModelSource, cfg: RunConfig, training:
     elif name == "pixel_values":
         side = cfg.image_size or getattr(config, "image_size", None) or DEFAULT_IMAGE_SIZE
         side = side if isinstance(side, int) else int(side[0])
-        inputs["pixel_values"] = torch.randn(b, getattr(config, "num_channels", 3), side, side)
+        inputs["pixel_values"] = torch.randn(b, getattr(config, "num_channels", 3), side, side, dtype=_float_dtype(model))
         if training:
             inputs["labels"] = torch.randint(0, max(1, getattr(config, "num_labels", 2)), (b,))
     elif name == "input_features":
-        inputs["input_features"] = torch.randn(b, getattr(config, "num_mel_bins", 80), AUDIO_FRAMES)
+        inputs["input_features"] = torch.randn(b, getattr(config, "num_mel_bins", 80), AUDIO_FRAMES,
+                                               dtype=_float_dtype(model))
         if training:
             inputs["labels"] = _decoder_labels(config, cfg, vocab)
     else:
         raise TraceError(f"exact mode does not know how to feed {type(model).__name__} (its input is {name!r})",
                          hint="wrap it in a Python callable (MODULE:CALLABLE) with an input shape")
     return inputs
+
+
+def _float_dtype(model: nn.Module) -> torch.dtype:
+    return next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
 
 
 def _decoder_labels(config: Any, cfg: RunConfig, vocab: int) -> torch.Tensor:

@@ -25,23 +25,29 @@ Progress = Callable[[str], None]
 
 
 def storage_dtype(cfg: RunConfig) -> torch.dtype:
-    """The dtype the model's weights are stored in: the run's storage precision
-    (AMP keeps fp32 weights); with LoRA the frozen base is 16-bit, as peft runs it."""
-    name = "bfloat16" if cfg.adapter is not None else cfg.storage.torch_dtype
+    """The dtype the model's weights are stored in: the run's storage precision (AMP keeps
+    fp32 weights), for a LoRA run's frozen base too, as the analytic model counts it."""
+    name = cfg.storage.torch_dtype
     if name is None:
         raise UsageError(f"exact mode cannot store weights as {cfg.precision}", field="precision")
     return getattr(torch, name)
 
 
-def _optimizer(name: str, params: list[nn.Parameter]) -> torch.optim.Optimizer:
-    """The optimizer as PyTorch runs it on CUDA: foreach (multi-tensor) kernels,
-    the CUDA default, which hold a temporary per parameter during the step."""
+#: torch.optim keyword arguments for each way of stepping (choices.OptimizerImpl)
+_IMPL_KWARGS: dict[str, dict[str, bool]] = {"fused": {"fused": True}, "foreach": {"foreach": True},
+                                            "per-tensor": {"foreach": False}}
+
+
+def _optimizer(name: str, impl: str, params: list[nn.Parameter]) -> torch.optim.Optimizer:
+    """The optimizer, stepping as the run says: fused, foreach (multi-tensor, which holds a
+    temporary per parameter during the step) or a loop over parameters."""
+    kw = _IMPL_KWARGS[impl]
     if name in ("sgd", "momentum"):
-        return torch.optim.SGD(params, lr=0.1, momentum=0.9 if name == "momentum" else 0.0, foreach=True)
+        return torch.optim.SGD(params, lr=0.1, momentum=0.9 if name == "momentum" else 0.0, **kw)
     if name == "adam":
-        return torch.optim.Adam(params, lr=1e-4, foreach=True)
+        return torch.optim.Adam(params, lr=1e-4, **kw)
     if name == "adamw":
-        return torch.optim.AdamW(params, lr=1e-4, weight_decay=0.01, foreach=True)
+        return torch.optim.AdamW(params, lr=1e-4, weight_decay=0.01, **kw)
     raise UsageError(f"exact mode cannot run the {name} optimizer", field="optimizer")
 
 
@@ -154,8 +160,10 @@ def trace_memory(source: ModelSource, cfg: RunConfig, progress: Progress | None 
         raise
     except (RuntimeError, NotImplementedError, TypeError, ValueError, AttributeError, IndexError) as exc:
         # an op fake tensors cannot run (data-dependent control flow, a custom kernel)
+        hint = "a model whose code needs real values (data-dependent control flow) cannot be traced" \
+            if source.kind == "torch-model" else ANALYTIC
         raise TraceError(f"the step could not be traced with fake tensors: {str(exc).strip().splitlines()[0][:200]}",
-                         hint=ANALYTIC) from None
+                         hint=hint) from None
     finally:
         gc.collect()
     return ExactTrace(versions=versions, seconds=round(time.perf_counter() - started, 2),
@@ -182,7 +190,7 @@ def _train(model: nn.Module, source: ModelSource, cfg: RunConfig, say: Progress)
         enable()
     inputs = make_inputs(model, source, cfg, training=True)
     params = [p for p in model.parameters() if p.requires_grad]
-    opt = _optimizer(cfg.optimizer, params)
+    opt = _optimizer(cfg.optimizer, cfg.optimizer_impl, params)
     tracker = LiveTensorTracker()
     _register_model(tracker, model, inputs)
     autocast: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
@@ -196,7 +204,8 @@ def _train(model: nn.Module, source: ModelSource, cfg: RunConfig, say: Progress)
             if step == 2:
                 tracker.enter("step-start")
                 tracker.reset_peak()
-            opt.zero_grad(set_to_none=True)
+            # gradient accumulation keeps the gradients between micro-batches
+            opt.zero_grad(set_to_none=not cfg.persistent_grads)
             tracker.enter("forward")
             with autocast:
                 loss = _loss(model, inputs, source)
@@ -276,7 +285,10 @@ def _infer(model: nn.Module, source: ModelSource, cfg: RunConfig, say: Progress)
         elif cfg.logits == "last":
             notes.append(f"{type(model).__name__} computes every position's logits (no logits_to_keep)")
     say("forward pass")
-    with GpuLike(), tracker, torch.no_grad():
+    autocast: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
+    if cfg.storage.autocast:
+        autocast = torch.autocast("cpu", dtype=torch.bfloat16)
+    with GpuLike(), tracker, torch.no_grad(), autocast:
         tracker.enter("inference")
         tracker.reset_peak()
         out = model(**inputs, **kwargs) if source.kind != "torch-model" else model(inputs["x"])

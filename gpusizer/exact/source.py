@@ -90,6 +90,9 @@ def check_traceable(cfg: RunConfig) -> None:
         if getattr(cfg, field) != plain:
             raise UsageError(f"exact mode cannot trace {field.replace('_', ' ')} {getattr(cfg, field)!s}: {why}",
                              hint=ANALYTIC, field=field)
+    if cfg.head != "lm":
+        raise UsageError(f"exact mode runs the model's own head and loss; a {cfg.head} head is the analytic "
+                         "model's setting", hint=ANALYTIC, field="head")
     if cfg.storage.quantised:
         raise UsageError(f"exact mode cannot trace {cfg.precision} weights: quantised kernels need CUDA",
                          hint=ANALYTIC, field="precision")

@@ -36,6 +36,7 @@ def make_source(*, hf_config: str | Path | None = None, hf_model: str | None = N
         from gpusizer.models.hub import check_repo_id, hub_config_path
 
         check_repo_id(hf_model)
+        require_torch()  # before going to the Hub
         return ModelSource(kind="hf-model", ref=hf_model, path=str(hub_config_path(hf_model)),
                            trust_remote_code=trust_remote_code)
     return ModelSource(kind="hf-config", ref=str(hf_config), trust_remote_code=trust_remote_code)
@@ -51,13 +52,18 @@ def source_label(source: ModelSource) -> str:
     return path.parent.name if path.name == "config.json" and path.parent.name else path.stem
 
 
+def require_torch() -> None:
+    """Raise MissingExtraError unless torch and transformers can be imported."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        raise MissingExtraError("exact mode needs PyTorch", hint=INSTALL)
+
+
 def trace(source: ModelSource, cfg: RunConfig, progress: Callable[[str], None] | None = None) -> ExactTrace:
     """Trace one step of ``cfg`` on ``source`` (see :mod:`gpusizer.exact`)."""
     check_traceable(cfg)
-    try:
-        import torch  # noqa: F401
-    except ImportError:
-        raise MissingExtraError("exact mode needs PyTorch", hint=INSTALL) from None
+    require_torch()
     from gpusizer.exact._step import trace_memory
 
     return trace_memory(source, cfg, progress)

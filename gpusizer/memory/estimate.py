@@ -78,7 +78,7 @@ class MemoryBreakdown(BaseModel):
     #: peak bytes of live tensors (without overhead)
     tensor_peak_bytes: int
     total_bytes: int
-    peak_phase: Literal["forward", "backward", "optimizer", "inference"]
+    peak_phase: Literal["forward", "backward", "backward-end", "optimizer", "inference"]
     activations_modelled: bool
     #: offloaded state held in host memory, or on NVMe, per GPU (a node needs this
     #: times its GPUs)
@@ -198,8 +198,9 @@ def _layer_activation_bytes(
     if (m.experts or 1) > 1:
         # routed experts (transformers 5's grouped GEMM): each token is copied once per
         # routed expert, and each expert's output is kept per slot and again scaled by its
-        # routing weight before the sum: three (tokens x k x hidden) tensors saved
-        mlp += 3 * p * s * b * k * h
+        # routing weight before the sum: three (tokens x k x hidden) tensors saved, hidden
+        # wide and so replicated across tensor-parallel ranks
+        replicated += 3 * p * s * b * k * h
 
     cross = 0
     if cross_len is not None:
@@ -246,7 +247,7 @@ def transformer_activation_bytes(
         recompute = 0
     # embedding dropout mask and final norm input
     stored += (sbh if dropout else 0) + r * sbh
-    if m.kind == "encoder-decoder":
+    if m.relative_position_bias:
         # T5's relative position bias: each stack's first layer looks up an (s, s, heads)
         # table and adds the mask, a (batch, heads, s, s) bias every layer shares and every
         # checkpointed layer takes as an input; in the embedding's dtype (autocast leaves
@@ -512,7 +513,8 @@ def inference_working_bytes(m: TransformerShape, cfg: RunConfig, seq_len: int, t
     # upcasts the softmax (softmax(x, dtype=float32)) first copies the 16-bit scores to fp32,
     # so the scores, that copy and the fp32 output are live at once. A decoder adds its
     # causal mask, one (s x s) matrix per sequence in the activations' dtype.
-    score_bytes = p + (8 if m.softmax_fp32 and p < 4 else p)  # (soft-capping replaces the scores)
+    upcast = m.softmax_fp32 or cfg.storage.autocast  # CUDA's autocast runs softmax in fp32
+    score_bytes = p + (8 if upcast and p < 4 else p)  # (soft-capping replaces the scores)
     mask = p * s * s * b if m.kind == "decoder" else 0
     attn = (score_bytes * m.heads * s * s * b // tp + mask) if not cfg.flash_attention else 4 * m.heads * s * b
     qkv = p * s * b * (m.heads + 2 * m.n_kv_heads) * m.attention_head_dim // tp
@@ -634,7 +636,8 @@ def tied_embedding_gradient_bytes(shape: ModelShape, cfg: RunConfig) -> int:
     width = cfg.storage.grad_bytes
     if m is None or not m.tied_embeddings or not cfg.training or width is None or cfg.adapter is not None:
         return 0
-    return int(2 * m.vocab * m.hidden * width / cfg.sharding.gradients)
+    # the sum is taken at full size before any reduce-scatter: only tensor parallelism splits it
+    return int(2 * m.vocab * m.hidden * width / cfg.sharding.activations)
 
 
 def _head_input_gradient(shape: ModelShape, cfg: RunConfig, logits: int) -> int:
@@ -667,13 +670,15 @@ def _training_peak(shape: ModelShape, cfg: RunConfig, state: _State) -> tuple[in
     start_of_backward = held + kept_grads + acts + max(logits, cast + head, head + recompute)
     # the end of backward: every gradient written, and a tied embedding's two gradient
     # contributions live while autograd sums them
-    end_of_backward = held + state.grads + tied_embedding_gradient_bytes(shape, cfg)
+    tied = tied_embedding_gradient_bytes(shape, cfg)
+    end_of_backward = held + state.grads + tied
     optimizer_step = held + state.grads + optimizer_step_bytes(shape, cfg)
     transient = state.transient + recompute + logits
     if start_of_backward >= max(optimizer_step, end_of_backward):
         return start_of_backward, "backward", acts, transient, modelled
     if end_of_backward > optimizer_step:
-        return end_of_backward, "backward", acts, transient, modelled
+        # activations are freed by then; the tied copies are the transient
+        return end_of_backward, "backward-end", 0, state.transient + tied, modelled
     return optimizer_step, "optimizer", acts, transient, modelled
 
 
@@ -708,10 +713,11 @@ def estimate_memory(shape: ModelShape, cfg: RunConfig) -> MemoryBreakdown:
     state = model_state(shape, cfg)
     notes = list(state.notes)
     kv = 0
-    phase: Literal["forward", "backward", "optimizer", "inference"]
+    phase: Literal["forward", "backward", "backward-end", "optimizer", "inference"]
     if cfg.training:
         tensor_peak, train_phase, acts, transient, modelled = _training_peak(shape, cfg, state)
-        phase = "backward" if train_phase == "backward" else "optimizer"
+        phase = "backward" if train_phase == "backward" else "backward-end" if train_phase == "backward-end" \
+            else "optimizer"
     else:
         tensor_peak, acts, kv, transient, more = _inference_peak(shape, cfg, state)
         phase, modelled = "inference", shape.arch is not None

@@ -312,6 +312,9 @@ def _qwen3_moe(c: _Config, h: int, layers: int, attn: int, norms: int, embedding
     moe_ffn = c.get_int("moe_intermediate_size")
     step = c.get_int("decoder_sparse_step", 1)
     dense_layers = c.doc.get("mlp_only_layers") or []
+    if not isinstance(dense_layers, list) or not all(isinstance(i, int) and not isinstance(i, bool)
+                                                     for i in dense_layers):
+        raise c._bad("mlp_only_layers", "a list of layer indices", dense_layers)
     if top_k > experts:
         raise DataFileError(f"{c.origin}: key 'num_experts_per_tok' ({top_k}) exceeds 'num_experts' ({experts})")
     sparse = [i for i in range(layers) if i not in dense_layers and (i + 1) % step == 0]
@@ -503,6 +506,7 @@ def _t5(c: _Config, family: _Family) -> dict[str, Any]:
         "dropout": _dropout(c, {"dropout_rate": 0.1}),
         "softmax_fp32": False,  # transformers 5 softmaxes T5's scores in their own dtype (4.x upcast them)
         "norm": "rmsnorm",  # T5LayerNorm: op-by-op RMS norm
+        "relative_position_bias": True,
     }
 
 

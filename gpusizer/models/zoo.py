@@ -66,6 +66,8 @@ class Model(BaseModel):
     qk_norm: bool | None = None
     attn_softcap: bool | None = None
     final_softcap: bool | None = None
+    #: T5's relative position bias (a (batch, heads, s, s) tensor every layer adds)
+    relative_position_bias: bool | None = None
 
     # CNN / RNN measured figures
     image_size: int | None = Field(default=None, gt=0)

@@ -52,6 +52,10 @@ def breakdown_table(report: FitReport) -> Table:
         "optimizer": "Peak at the optimizer step: all gradients written, activations already freed "
                      "(so the peak is less than the sum of the rows).",
         "inference": "Inference: weights, KV cache and one pass's working activations.",
+        "backward-end": "Peak at the end of backward: every gradient written, activations freed, and a tied "
+                        "embedding's two gradients summed out of place (the transient row).",
+        "forward": "Peak in the forward pass (traced): the tensors live then, so the peak is less than the sum "
+                   "of the rows.",
     }
     table.caption = captions[b.peak_phase]
     for where, held in (("host memory", b.cpu_bytes), ("NVMe", b.nvme_bytes)):
