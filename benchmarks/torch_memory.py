@@ -112,6 +112,7 @@ import yaml
 
 from gpusizer.exact._build import import_torchvision, transformers_module
 from gpusizer.exact._tracker import GpuLike, Info, LiveTensorTracker, run_backward
+from gpusizer.exact._tracker import storage_bytes as tensor_bytes
 
 REPO = Path(__file__).resolve().parent.parent
 ACT_OUT = REPO / "benchmarks" / "out" / "activation_counts.yaml"
@@ -461,15 +462,6 @@ def autocast_ctx(precision: str) -> contextlib.AbstractContextManager[Any]:
     return contextlib.nullcontext()
 
 
-def tensor_bytes(tensors: Any) -> int:
-    seen: dict[int, int] = {}
-    for t in tensors:
-        if isinstance(t, torch.Tensor):
-            st = t.untyped_storage()
-            seen[id(st)] = st.nbytes()
-    return sum(seen.values())
-
-
 @dataclasses.dataclass
 class Options:
     fake: bool = True
@@ -502,12 +494,7 @@ def run_training(case: Case, opts: Options) -> dict[str, Any]:
         opt = make_optimizer(case.optimizer, params)
         fn = loss_fn(case)
         tracker = LiveTensorTracker()
-        for p in model.parameters():
-            tracker.register(p, "weight")
-        for b in model.buffers():
-            tracker.register(b, "buffer")
-        for t in batch.values():
-            tracker.register(t, "input")
+        tracker.register_model(model, batch)
         n_params = sum(p.numel() for p in model.parameters())
         gpu = _gpu_ctx(opts)
         fwd_infos: list[Info] = []
@@ -585,12 +572,7 @@ def run_inference(case: Case, opts: Options) -> dict[str, Any]:
         model = build_model(case.family, case.arch, case.attn, torch.bfloat16).eval()
         batch = make_batch(case)
         tracker = LiveTensorTracker()
-        for p in model.parameters():
-            tracker.register(p, "weight")
-        for b in model.buffers():
-            tracker.register(b, "buffer")
-        for t in batch.values():
-            tracker.register(t, "input")
+        tracker.register_model(model, batch)
         n_params = sum(p.numel() for p in model.parameters())
         weights = tensor_bytes(model.parameters()) + tensor_bytes(model.buffers())
         gpu = _gpu_ctx(opts)

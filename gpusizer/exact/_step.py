@@ -170,15 +170,6 @@ def trace_memory(source: ModelSource, cfg: RunConfig, progress: Progress | None 
                       notes=(*notes, *fields.pop("notes", ())), **fields)
 
 
-def _register_model(tracker: LiveTensorTracker, model: nn.Module, inputs: dict[str, Any]) -> None:
-    for p in model.parameters():
-        tracker.register(p, "weight")
-    for b in model.buffers():
-        tracker.register(b, "buffer")
-    for t in inputs.values():
-        tracker.register(t, "input")
-
-
 def _train(model: nn.Module, source: ModelSource, cfg: RunConfig, say: Progress) -> dict[str, Any]:
     model.train()
     notes: list[str] = []
@@ -192,7 +183,7 @@ def _train(model: nn.Module, source: ModelSource, cfg: RunConfig, say: Progress)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = _optimizer(cfg.optimizer, cfg.optimizer_impl, params)
     tracker = LiveTensorTracker()
-    _register_model(tracker, model, inputs)
+    tracker.register_model(model, inputs)
     autocast: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
     if cfg.storage.autocast or cfg.adapter is not None:
         autocast = torch.autocast("cpu", dtype=torch.bfloat16)
@@ -270,7 +261,7 @@ def _infer(model: nn.Module, source: ModelSource, cfg: RunConfig, say: Progress)
     model.eval()
     inputs = make_inputs(model, source, cfg, training=False)
     tracker = LiveTensorTracker()
-    _register_model(tracker, model, inputs)
+    tracker.register_model(model, inputs)
     notes: list[str] = []
     cache = None
     kwargs: dict[str, Any] = {}

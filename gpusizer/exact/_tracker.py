@@ -77,6 +77,15 @@ class LiveTensorTracker(TorchDispatchMode):  # type: ignore[misc]
         self._update_peak()
         return info
 
+    def register_model(self, model: Any, inputs: dict[str, Any]) -> None:
+        """Register a model's parameters and buffers, and its input batch, before a step."""
+        for p in model.parameters():
+            self.register(p, "weight")
+        for b in model.buffers():
+            self.register(b, "buffer")
+        for t in inputs.values():
+            self.register(t, "input")
+
     def classify(self, t: object, kind: str) -> None:
         """Mark a live tensor as ``kind`` (its Info is shared with the peak's snapshot)."""
         self.register(t, kind)
