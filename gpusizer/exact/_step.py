@@ -43,6 +43,8 @@ def _optimizer(name: str, impl: str, params: list[nn.Parameter]) -> torch.optim.
     temporary per parameter during the step) or a loop over parameters."""
     kw = _IMPL_KWARGS[impl]
     if name in ("sgd", "momentum"):
+        # fused SGD has no fake kernel; its multi-tensor form updates in place just the same
+        kw = _IMPL_KWARGS["foreach"] if impl == "fused" else kw
         return torch.optim.SGD(params, lr=0.1, momentum=0.9 if name == "momentum" else 0.0, **kw)
     if name == "adam":
         return torch.optim.Adam(params, lr=1e-4, **kw)
@@ -146,7 +148,10 @@ def trace_memory(source: ModelSource, cfg: RunConfig, progress: Progress | None 
     # torch logs a traceback for an op its fake kernel rejects; the TraceError below says it in a line
     logging.getLogger("torch._subclasses.fake_tensor").setLevel(logging.CRITICAL)
     try:
-        mode = FakeTensorMode(allow_non_fake_inputs=False) if fake else contextlib.nullcontext()
+        # no fallback kernels: an op without a fake kernel fails rather than running for real
+        # on zero-filled tensors of the model's full size
+        mode = FakeTensorMode(allow_non_fake_inputs=False, allow_fallback_kernels=False) if fake \
+            else contextlib.nullcontext()
         with mode, warnings.catch_warnings():
             # deprecation and tracing warnings of the libraries are not the user's business here
             warnings.simplefilter("ignore")
