@@ -35,9 +35,10 @@ import json
 import os
 import stat
 import tempfile
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from gpusizer.errors import DataFileError
 
@@ -338,6 +339,29 @@ def read_bytes_or_none(path: Path) -> bytes | None:
         return read_data_file(path)
     except DataFileError:
         return None
+
+
+def strict_input(value: Any) -> Any:
+    """YAML and JSON lists as tuples, so strict pydantic validation takes them for tuple fields."""
+    if isinstance(value, list):
+        return tuple(strict_input(v) for v in value)
+    if isinstance(value, dict):
+        return {k: strict_input(v) for k, v in value.items()}
+    return value
+
+
+_T = TypeVar("_T")
+
+
+def read_retrying_uncached(read: Callable[..., _T], paths: tuple[str, ...], cache_dir: Path | None) -> _T:
+    """``read(paths, cache_dir)``, and once more bypassing the cache if it fails: a cached
+    parse may be what failed (``read`` takes ``refresh=True`` for that)."""
+    try:
+        return read(paths, cache_dir)
+    except DataFileError:
+        if cache_dir is None:
+            raise
+        return read(paths, cache_dir, refresh=True)
 
 
 def usable_cache_dir(folder: Path | None) -> Path | None:

@@ -13,12 +13,10 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
-#: what a storage holds: weight | buffer | input | grad | optimizer | kv_cache | other
-KINDS = ("weight", "buffer", "input", "grad", "optimizer", "kv_cache", "other")
-
 
 class Info:
-    """One live storage: its size, what holds it and the op that made it."""
+    """One live storage: its size and what holds it (weight, buffer, input, grad,
+    optimizer, kv_cache or other)."""
 
     __slots__ = ("nbytes", "kind", "weight_copy")
 

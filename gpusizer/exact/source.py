@@ -36,10 +36,6 @@ class ModelSource(BaseModel):
     #: run the repository's own modelling code (only when the user asks)
     trust_remote_code: bool = False
 
-    @property
-    def label(self) -> str:
-        return self.ref
-
 
 def parse_callable(text: str) -> tuple[str, str]:
     """``torchvision.models:resnet101`` -> (module, attribute path)."""

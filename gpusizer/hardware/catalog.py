@@ -659,20 +659,12 @@ def _entries_from_document(doc: Any, origin: str) -> list[dict[str, Any]]:
     return doc
 
 
-def _strict_input(value: Any) -> Any:
-    """YAML and JSON lists as tuples, so strict validation takes them for the tuple fields."""
-    if isinstance(value, list):
-        return tuple(_strict_input(v) for v in value)
-    if isinstance(value, dict):
-        return {k: _strict_input(v) for k, v in value.items()}
-    return value
-
 
 def _validate_entry(raw: dict[str, Any], origin: str) -> Gpu:
     """One entry, validated strictly: ``memory_gib: "24"`` or ``ecc: 1`` is a wrong
     type, not a number or a boolean; then the plausibility checks."""
     try:
-        gpu = Gpu.model_validate(_strict_input(raw), strict=True)
+        gpu = Gpu.model_validate(datafiles.strict_input(raw), strict=True)
     except ValidationError as exc:
         raise DataFileError(datafiles.describe_validation_error(exc, origin, raw.get("id"))) from None
     problem = _implausible(gpu)
@@ -802,12 +794,7 @@ def _load_cached(paths: tuple[str, ...], cache_dir: Path | None) -> Catalog:
         gpus = _construct_gpu(datafiles.read_cache(cached, cached.stem.removeprefix("catalog-")), str(cached))
         if gpus is not None:
             return Catalog.model_construct(gpus=gpus, files=paths)
-    try:
-        catalog = _read_files(paths, folder)
-    except DataFileError:
-        if folder is None:
-            raise
-        catalog = _read_files(paths, folder, refresh=True)  # a cached parse may be what failed
+    catalog = datafiles.read_retrying_uncached(_read_files, paths, folder)
     if cached is not None and _validated_cache_path(paths, folder) == cached:
         # (the files did not change while they were being read and validated)
         datafiles.write_cache(cached, cached.stem.removeprefix("catalog-"),

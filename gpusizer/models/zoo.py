@@ -163,12 +163,7 @@ def _parse(doc: object, origin: str) -> tuple[Model, ...]:
 
 @functools.cache
 def _load_cached(paths: tuple[str, ...], cache_dir: Path | None) -> Zoo:
-    try:
-        return _read_files(paths, cache_dir)
-    except DataFileError:
-        if cache_dir is None:
-            raise
-        return _read_files(paths, cache_dir, refresh=True)  # a cached parse may be what failed
+    return datafiles.read_retrying_uncached(_read_files, paths, cache_dir)
 
 
 def _read_files(paths: tuple[str, ...], cache_dir: Path | None, refresh: bool = False) -> Zoo:

@@ -494,19 +494,11 @@ def merge_documents(documents: Sequence[tuple[str, Any]]) -> tuple[dict[str, Any
     return {"requirements": requirements, "common": common, "workloads": workloads}, origins
 
 
-def _strict_input(value: Any) -> Any:
-    """YAML lists as tuples, so strict validation takes them for the tuple fields."""
-    if isinstance(value, list):
-        return tuple(_strict_input(v) for v in value)
-    if isinstance(value, dict):
-        return {k: _strict_input(v) for k, v in value.items()}
-    return value
-
 
 def _validate(model: type[BaseModel], raw: Mapping[str, Any], origin: str, where: str) -> Any:
     """Strict: ``weight: "5"`` is a wrong type, not a number."""
     try:
-        return model.model_validate(_strict_input(raw), strict=True)
+        return model.model_validate(datafiles.strict_input(raw), strict=True)
     except ValidationError as exc:
         lines = datafiles.describe_validation_error(exc, origin).splitlines()
         # "origin: (entry): loc: msg" -> "origin: where: loc: msg"
@@ -555,7 +547,7 @@ def build_ruleset(merged: Mapping[str, Any], origins: _Origin, files: Sequence[s
         scalar_origin = next((origins.of[("workloads", name, k)] for k in scalars if ("workloads", name, k) in origins.of),
                              wl_origin)
         try:
-            workloads[name] = Workload.model_validate(_strict_input({"name": name, **scalars}) | fields, strict=True)
+            workloads[name] = Workload.model_validate(datafiles.strict_input({"name": name, **scalars}) | fields, strict=True)
         except ValidationError as exc:
             lines = datafiles.describe_validation_error(exc, scalar_origin).splitlines()
             raise DataFileError(
@@ -574,12 +566,7 @@ def bundled_rules_path() -> Path:
 def load_rules(extra: Sequence[str | Path] = (), cache_dir: Path | None = None) -> RuleSet:
     """Load the bundled rules and merge each user file over them, in order."""
     paths = (str(bundled_rules_path()), *(str(Path(p)) for p in extra))
-    try:
-        return _read_files(paths, cache_dir)
-    except DataFileError:
-        if cache_dir is None:
-            raise
-        return _read_files(paths, cache_dir, refresh=True)  # a cached parse may be what failed
+    return datafiles.read_retrying_uncached(_read_files, paths, cache_dir)
 
 
 def _read_files(paths: tuple[str, ...], cache_dir: Path | None, refresh: bool = False) -> RuleSet:
