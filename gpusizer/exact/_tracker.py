@@ -164,6 +164,8 @@ class GpuLike(TorchFunctionMode):  # type: ignore[misc]
 
     * dropout keeps a 1-byte mask (CUDA's fused ``native_dropout``), not a float noise tensor;
     * SDPA with dropout stays on the fused path (CUDA's kernels regenerate the mask);
+    * SDPA with a mask, or with values narrower than keys, runs CUDA's memory-efficient
+      kernel, not the CPU's math path;
     * under autocast, the ops CUDA runs in float32 get float32 inputs.
     """
 
@@ -189,9 +191,37 @@ class GpuLike(TorchFunctionMode):  # type: ignore[misc]
             elif kwargs.get("dropout_p"):
                 self.counts["sdpa dropout_p->0"] += 1
                 kwargs["dropout_p"] = 0.0
-        elif torch.is_autocast_enabled("cpu"):
+            return self._sdpa(args, kwargs)
+        if torch.is_autocast_enabled("cpu"):
             args, kwargs = self._fp32_policy(func, args, kwargs)
         return func(*args, **kwargs)
+
+    def _sdpa(self, args: Any, kwargs: dict[str, Any]) -> Any:
+        """SDPA as CUDA runs it. FlashAttention takes no mask and one head width for
+        queries, keys and values; otherwise CUDA picks the memory-efficient kernel, which
+        keeps its output and an fp32 log-sum-exp, never the probabilities. A CPU would run
+        the math path (the s x s probabilities, upcast to fp32) for a mask (T5's position
+        bias) or a value width unlike the keys' (latent attention), so those go to the
+        memory-efficient kernel by name."""
+        names = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
+        call = {**dict(zip(names, args, strict=False)), **kwargs}
+        q, k, v, mask = call["query"], call["key"], call["value"], call.get("attn_mask")
+        if mask is None and q.shape[-1] == v.shape[-1]:
+            return F.scaled_dot_product_attention(*args, **kwargs)
+        if call.get("enable_gqa") and k.shape[-3] != q.shape[-3]:
+            groups = q.shape[-3] // k.shape[-3]  # the kernel takes every head's keys: repeated, as CUDA does
+            k, v = k.repeat_interleave(groups, dim=-3), v.repeat_interleave(groups, dim=-3)
+        # CUDA's autocast runs attention in its 16-bit type, the mask included
+        dtype = torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else q.dtype
+        q, k, v = (t.to(dtype) for t in (q, k, v))
+        if mask is not None and mask.dtype == torch.bool:
+            mask = torch.where(mask, torch.zeros((), dtype=dtype), torch.full((), float("-inf"), dtype=dtype))
+        elif mask is not None:
+            mask = mask.to(dtype)
+        self.counts["sdpa->memory-efficient kernel"] += 1
+        grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+        return torch.ops.aten._scaled_dot_product_efficient_attention(
+            q, k, v, mask, grad, call.get("dropout_p", 0.0), call.get("is_causal", False), scale=call.get("scale"))[0]
 
     def _fp32_policy(self, func: Any, args: Any, kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
         def low(t: object) -> bool:
