@@ -17,7 +17,7 @@ from typing import Any
 
 #: families the analytic path reads (gpusizer.models.hfconfig), in draw order
 FAMILIES = ("llama", "mistral", "qwen2", "mixtral", "gpt2", "gpt_neox", "bert", "roberta", "t5",
-            "qwen3", "qwen3_moe", "phi3", "gemma", "gemma2", "gemma3_text")
+            "qwen3", "qwen3_moe", "phi3", "gemma", "gemma2", "gemma3_text", "deepseek_v3")
 #: decoders read by the Llama-like reader
 LLAMA_LIKE = ("llama", "mistral", "qwen2", "mixtral", "qwen3", "qwen3_moe", "phi3", "gemma", "gemma2", "gemma3_text")
 #: zoo CNNs and the torchvision builders exact mode traces for them
@@ -72,9 +72,32 @@ def _decoder(rng: random.Random, family: str) -> dict[str, Any]:
     return cfg
 
 
+def _deepseek(rng: random.Random) -> dict[str, Any]:
+    """DeepSeek-V3's layout at a smaller width: latent attention (with or without a query
+    latent), routed and shared experts, and dense leading layers."""
+    heads = rng.choice((4, 8, 16))
+    hidden = heads * rng.choice((64, 128))
+    layers = rng.randint(2, 4)
+    experts = rng.choice((4, 8, 16))
+    return {
+        "model_type": "deepseek_v3", "hidden_size": hidden, "num_attention_heads": heads,
+        "num_key_value_heads": heads, "num_hidden_layers": layers,
+        "intermediate_size": 64 * rng.randint(hidden // 32, hidden // 16 + 8),
+        "moe_intermediate_size": 64 * rng.randint(4, 24), "n_routed_experts": experts,
+        "num_experts_per_tok": rng.choice((1, 2, 4)), "n_shared_experts": rng.choice((0, 1, 2)),
+        "first_k_dense_replace": rng.choice((0, 1)), "n_group": 1, "topk_group": 1,
+        "kv_lora_rank": rng.choice((128, 256, 512)), "q_lora_rank": rng.choice((None, 384, 768, 1536)),
+        "qk_nope_head_dim": rng.choice((64, 128)), "qk_rope_head_dim": rng.choice((32, 64)),
+        "v_head_dim": rng.choice((64, 128)), "vocab_size": rng.choice((102400, 129280, 163840)),
+        "max_position_embeddings": 8192, "tie_word_embeddings": False,
+    }
+
+
 def _config(rng: random.Random, family: str) -> dict[str, Any]:
     if family in LLAMA_LIKE:
         return _decoder(rng, family)
+    if family == "deepseek_v3":
+        return _deepseek(rng)
     heads = rng.choice((4, 8, 12, 16))
     hidden = heads * 64
     layers = rng.randint(1, 4)
@@ -120,7 +143,7 @@ def _settings(rng: random.Random, family: str) -> dict[str, Any]:
         s["logits"] = "all" if encoder_only else rng.choice(("last", "all"))
     if family == "t5":
         s["target_len"] = rng.choice((64, 128, 256))
-    if family in ("mixtral", "qwen3_moe"):
+    if family in ("mixtral", "qwen3_moe", "deepseek_v3"):
         # transformers 5 runs experts with grouped GEMM, whose kernel (and fake kernel) takes bf16 only
         s["precision"] = "bf16"
     return s

@@ -724,7 +724,8 @@ def test_unknown_model_type():
     err = _error({**LLAMA_2_7B, "model_type": "falcon"})
     assert err.message == (
         "cfg/config.json: model_type 'falcon' is not supported; "
-        "supported: bert, gemma, gemma2, gemma3_text, gpt2, gpt_neox, llama, mistral, mixtral, mt5, phi3, qwen2, "
+        "supported: bert, deepseek_v3, gemma, gemma2, gemma3_text, gpt2, gpt_neox, llama, mistral, mixtral, mt5, phi3, "
+        "qwen2, "
         "qwen3, qwen3_moe, roberta, t5"
     )
 
@@ -814,6 +815,12 @@ NEW_FAMILY_CONFIGS = {
     "gemma-3-1b": {"model_type": "gemma3_text", "hidden_size": 1152, "intermediate_size": 6912,
                    "num_hidden_layers": 26, "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 256,
                    "vocab_size": 262144, "hidden_activation": "gelu_pytorch_tanh", "max_position_embeddings": 32768},
+    "deepseek-v3": {"model_type": "deepseek_v3", "hidden_size": 7168, "intermediate_size": 18432,
+                    "moe_intermediate_size": 2048, "num_hidden_layers": 61, "num_attention_heads": 128,
+                    "num_key_value_heads": 128, "n_shared_experts": 1, "n_routed_experts": 256,
+                    "num_experts_per_tok": 8, "first_k_dense_replace": 3, "kv_lora_rank": 512, "q_lora_rank": 1536,
+                    "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128, "vocab_size": 129280,
+                    "max_position_embeddings": 163840, "tie_word_embeddings": False, "num_nextn_predict_layers": 1},
 }
 
 
@@ -821,7 +828,8 @@ NEW_FAMILY_CONFIGS = {
 def test_2026_families_count_the_published_parameters(zoo_id):
     """Each count equals the zoo entry's, which cites the model card's or safetensors' total
     (Qwen3-0.6B 596,049,920; Qwen3-30B-A3B 30,532,122,624 with 3,353,032,704 active; Phi-4
-    14,659,507,200; Gemma-2-2B 2,614,341,888; Gemma-3-1B 999,885,952)."""
+    14,659,507,200; Gemma-2-2B 2,614,341,888; Gemma-3-1B 999,885,952; DeepSeek-V3 671,026,404,352
+    with 37,552,282,624 active)."""
     from gpusizer.models.zoo import load_zoo
 
     derived = model_from_hf_config(NEW_FAMILY_CONFIGS[zoo_id], f"{zoo_id}/config.json")
@@ -833,3 +841,37 @@ def test_2026_families_count_the_published_parameters(zoo_id):
     assert derived.active_params == zoo.active_params
     assert (derived.layers, derived.hidden, derived.heads, derived.kv_heads, derived.ffn, derived.vocab) == (
         zoo.layers, zoo.hidden, zoo.heads, zoo.kv_heads, zoo.ffn, zoo.vocab)
+
+
+def test_deepseek_v3_has_the_published_671b_total_and_36_6b_activated():
+    """DeepSeek-V3's README_WEIGHTS.md: 671B main-model parameters, 36.6B activated including
+    the 0.9B output head; the count here also holds the 0.93B input embedding as active."""
+    m = model_from_hf_config(NEW_FAMILY_CONFIGS["deepseek-v3"], "deepseek-v3/config.json")
+    assert round(m.params / 1e9) == 671
+    assert m.active_params is not None
+    embedding = m.vocab * m.hidden  # type: ignore[operator]
+    assert round((m.active_params - embedding) / 1e9, 1) == 36.6
+    assert (m.kv_lora_rank, m.q_lora_rank, m.qk_rope_head_dim, m.v_head_dim, m.head_dim) == (512, 1536, 64, 128, 128)
+    assert (m.experts, m.experts_per_token, m.shared_ffn, m.dense_layers, m.dense_ffn) == (256, 8, 2048, 3, 18432)
+
+
+def test_deepseek_without_a_query_latent_counts_one_query_projection():
+    """``q_lora_rank: null`` (DeepSeek-V2-Lite's layout) is a plain h x heads*(nope+rope) query
+    projection, not the default 1536-wide latent."""
+    doc = {**NEW_FAMILY_CONFIGS["deepseek-v3"], "q_lora_rank": None}
+    plain = model_from_hf_config(doc, "d/config.json")
+    latent = model_from_hf_config(NEW_FAMILY_CONFIGS["deepseek-v3"], "d/config.json")
+    h, a, qk, ql = 7168, 128, 192, 1536
+    per_layer = h * a * qk - (h * ql + ql + ql * a * qk)
+    assert plain.q_lora_rank is None
+    assert plain.params - latent.params == 61 * per_layer
+
+
+@pytest.mark.parametrize(("key", "value", "message"), [
+    ("first_k_dense_replace", 61, "key 'first_k_dense_replace' (61) leaves no expert layer of 61"),
+    ("num_experts_per_tok", 300, "key 'num_experts_per_tok' (300) exceeds 'n_routed_experts' (256)"),
+    ("kv_lora_rank", 0, "key 'kv_lora_rank' must be at least 1, got 0"),
+])
+def test_deepseek_config_errors_name_the_key(key, value, message):
+    err = _error({**NEW_FAMILY_CONFIGS["deepseek-v3"], key: value})
+    assert err.message == f"cfg/config.json: {message}"

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpusizer.domain.run import RunConfig
-from gpusizer.domain.shape import ModelShape, shape_from_model, shape_from_params
+from gpusizer.domain.shape import ModelShape, TransformerShape, arch_of, shape_from_model, shape_from_params
 from gpusizer.memory.estimate import (
     estimate_memory,
     fewest_gpus,
@@ -170,7 +170,8 @@ def test_korthikanti_activation_formula_for_gpt_shape():
     from gpusizer.memory.estimate import _layer_activation_bytes
 
     # h=1024, a=16, ffn=4096, dropout; with a fused GELU, as Megatron has
-    m = ZOO.resolve("gpt2-medium").model_copy(update={"mlp": "gelu"})
+    m = arch_of(ZOO.resolve("gpt2-medium").model_copy(update={"mlp": "gelu"}))
+    assert isinstance(m, TransformerShape)
     s, b, h, a = 1024, 4, m.hidden, m.heads
     got = _layer_activation_bytes(m, s, b, 2, dropout=True, flash=False, tp=1)
     assert got == s * b * h * 34 + 5 * a * s * s * b
@@ -181,10 +182,28 @@ def test_korthikanti_activation_formula_for_gpt_shape():
 
 def test_kv_cache_formula_llama2_7b():
     """2 x 32 layers x 4096 tokens x 32 heads x 128 dims x 2 bytes = 2 GiB for one sequence."""
-    m = ZOO.resolve("llama-2-7b")
+    m = _transformer("llama-2-7b")
     assert kv_cache_bytes(m, batch=1, seq_len=4096, p=2) == 2 * 2**30
     # Llama-2-70B uses 8 KV heads (GQA): 2 x 80 x 4096 x 8 x 128 x 2 = 1.25 GiB
-    assert kv_cache_bytes(ZOO.resolve("llama-2-70b"), batch=1, seq_len=4096, p=2) == 1_342_177_280
+    assert kv_cache_bytes(_transformer("llama-2-70b"), batch=1, seq_len=4096, p=2) == 1_342_177_280
+
+
+def test_latent_attention_caches_576_elements_a_token_and_layer_on_every_gpu():
+    """DeepSeek-V2 paper (arXiv 2405.04434), Table 1: MLA caches (d_c + d_h^R) x l elements a
+    token, the 512-wide latent and the 64-wide rotary key: 61 x 576 x 2 = 70,272 bytes a token
+    for DeepSeek-V3 in 16 bits, against 2 x 128 heads x 128 x 61 x 2 = 3,997,696 for the
+    same heads cached as plain K and V. Tensor parallelism does not split the latent."""
+    m = _transformer("deepseek-v3")
+    assert kv_cache_bytes(m, batch=1, seq_len=1, p=2) == 70_272 == 61 * (512 + 64) * 2
+    assert kv_cache_bytes(m, batch=4, seq_len=4096, p=2, tp=8) == 4 * 4096 * 70_272
+    plain = m.model_copy(update={"mla": None})
+    assert kv_cache_bytes(plain, batch=1, seq_len=1, p=2) == 3_997_696
+
+
+def _transformer(model_id: str) -> TransformerShape:
+    m = arch_of(ZOO.resolve(model_id))
+    assert isinstance(m, TransformerShape)
+    return m
 
 
 def test_inference_reports_kv_cache_key(cli_json):

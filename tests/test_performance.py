@@ -356,7 +356,8 @@ def test_transformer_flops_are_6_params_tokens_plus_attention(zoo):
     flash = model_work(shp, RunConfig(mode="train", batch=b, seq_len=s, flash_attention=True), "mixed")
     from gpusizer.memory.estimate import matrix_params
 
-    n = matrix_params(m) + m.vocab * m.hidden  # linear layers plus the LM head
+    assert shp.transformer is not None
+    n = matrix_params(shp.transformer) + m.vocab * m.hidden  # linear layers plus the LM head
     attention = 12 * m.layers * s * m.heads * m.attention_head_dim  # PaLM's 6 x (4 L s d) per token
     # eager attention computes the whole score matrix, as PaLM (and MFU) count it
     assert eager.matmul_flops == pytest.approx((6 * n + attention) * b * s)

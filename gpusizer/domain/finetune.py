@@ -91,44 +91,51 @@ class Adapter(BaseModel):
         return nf4_bytes_per_weight(double_quant=self.double_quant)
 
 
-def _linears(m: TransformerShape) -> list[tuple[str, int, int, int]]:
-    """(name, inputs, outputs, count) of every linear layer but the output head."""
+def _linears(m: TransformerShape) -> list[tuple[str, int, int, int, int]]:
+    """(name, inputs, outputs, count, passes) of every linear layer but the output head:
+    ``count`` layers exist, and a token passes ``passes`` of them (fewer for routed experts)."""
     h, d, a, g, f = m.hidden, m.attention_head_dim, m.heads, m.n_kv_heads, m.ffn
-    attention_blocks = m.layers + 2 * m.decoder_layers  # decoder self- and cross-attention
+    n = m.layers + 2 * m.decoder_layers  # attention blocks: decoder self- and cross-attention
     layers = m.layers + m.decoder_layers
-    out = [
-        ("q", h, a * d, attention_blocks), ("k", h, g * d, attention_blocks),
-        ("v", h, g * d, attention_blocks), ("o", a * d, h, attention_blocks),
-    ]
-    mlps = layers * m.experts
-    if m.gated_mlp:
-        out += [("gate", h, f, mlps), ("up", h, f, mlps), ("down", f, h, mlps)]
+    if m.mla is not None:
+        # latent attention: "q" is the query projection (or its latent pair q_a_proj,
+        # q_b_proj), "k" the KV latent's projection (kv_a_proj_with_mqa), "v" its
+        # up-projection to every head's key and value (kv_b_proj)
+        mla, ql = m.mla, m.mla.q_lora_rank
+        attention = [("q", h, ql), ("q", ql, a * mla.qk_head_dim)] if ql else [("q", h, a * mla.qk_head_dim)]
+        attention += [("k", h, mla.kv_lora_rank + mla.qk_rope_head_dim),
+                      ("v", mla.kv_lora_rank, a * (mla.qk_nope_head_dim + mla.v_head_dim)), ("o", a * mla.v_head_dim, h)]
     else:
-        out += [("up", h, f, mlps), ("down", f, h, mlps)]
+        attention = [("q", h, a * d), ("k", h, g * d), ("v", h, g * d), ("o", a * d, h)]
+    out = [(name, n_in, n_out, n, n) for name, n_in, n_out in attention]
+    # (width, MLPs, MLPs a token passes): the routed experts, the shared experts, dense layers
+    mlps = [(f, (layers - m.dense_layers) * m.experts,
+             m.moe_layers * m.experts_per_token if m.experts > 1 else layers)]
+    if m.shared_ffn:
+        mlps.append((m.shared_ffn, m.moe_layers, m.moe_layers))
+    if m.dense_layers and m.dense_ffn:
+        mlps.append((m.dense_ffn, m.dense_layers, m.dense_layers))
+    for width, count, passes in mlps:
+        names = (("gate", h, width), ("up", h, width), ("down", width, h)) if m.gated_mlp else \
+            (("up", h, width), ("down", width, h))
+        out += [(name, n_in, n_out, count, passes) for name, n_in, n_out in names]
     if m.experts > 1:
-        out.append(("gate", h, m.experts, layers))  # the router, a linear layer peft adapts too
-    out.append(("head", h, m.vocab, 1))  # the output head: only when named (all-linear leaves it out)
+        out.append(("gate", h, m.experts, m.moe_layers, m.moe_layers))  # the router, a linear layer peft adapts too
+    out.append(("head", h, m.vocab, 1, 1))  # the output head: only when named (all-linear leaves it out)
     return out
 
 
 def adapter_params(m: TransformerShape, adapter: Adapter) -> int:
     """Trainable parameters the adapters add: rank x (inputs + outputs) per targeted linear."""
     wanted = adapter.modules
-    return sum(adapter.rank * (n_in + n_out) * count for name, n_in, n_out, count in _linears(m) if name in wanted)
+    return sum(adapter.rank * (n_in + n_out) * count for name, n_in, n_out, count, _ in _linears(m) if name in wanted)
 
 
 def adapter_input_elements(m: TransformerShape, adapter: Adapter) -> int:
-    """Rank-sized intermediates (x A) the adapters save per token for backward."""
+    """Rank-sized intermediates (x A) the adapters save per token for backward: one per
+    targeted linear a token passes (a token passes only its routed experts)."""
     wanted = adapter.modules
-    layers = m.layers + m.decoder_layers
-    total = 0
-    for name, _, n_out, count in _linears(m):
-        if name not in wanted:
-            continue
-        if m.experts > 1 and name in ("gate", "up", "down") and n_out != m.experts:
-            count = layers * m.experts_per_token  # a token passes only its routed experts
-        total += adapter.rank * count
-    return total
+    return sum(adapter.rank * passes for name, _, _, _, passes in _linears(m) if name in wanted)
 
 
 def require_transformer(m: TransformerShape | None, adapter: Adapter) -> TransformerShape:

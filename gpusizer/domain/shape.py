@@ -30,8 +30,37 @@ TransformerKind = Literal["encoder", "encoder-decoder", "decoder"]
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 
 
+class LatentAttention(BaseModel):
+    """Multi-head latent attention (MLA; DeepSeek-V2 and V3, Kimi K2).
+
+    Keys and values are compressed into one latent of ``kv_lora_rank`` per token, plus one
+    rotary key of ``qk_rope_head_dim`` shared by all heads; both are what the KV cache
+    holds (vLLM, SGLang and transformers >= 5 cache the latent, not per-head K and V).
+    Each head's query and key are ``qk_nope_head_dim + qk_rope_head_dim`` wide, its value
+    ``v_head_dim``. Queries go through a latent of ``q_lora_rank`` too, or (None) through
+    one plain projection.
+    """
+
+    model_config = _FROZEN
+
+    kv_lora_rank: int = Field(gt=0)
+    q_lora_rank: int | None = Field(default=None, gt=0)
+    qk_nope_head_dim: int = Field(gt=0)
+    qk_rope_head_dim: int = Field(gt=0)
+    v_head_dim: int = Field(gt=0)
+
+    @property
+    def qk_head_dim(self) -> int:
+        return self.qk_nope_head_dim + self.qk_rope_head_dim
+
+
 class TransformerShape(BaseModel):
-    """Every dimension of a transformer (encoder, decoder or encoder-decoder)."""
+    """Every dimension of a transformer (encoder, decoder or encoder-decoder).
+
+    A mixture of experts has ``experts`` routed MLPs of width ``ffn`` per layer, plus, in
+    DeepSeek's layout, always-on shared experts (``shared_ffn`` wide in all) and
+    ``dense_layers`` leading layers with one dense MLP of ``dense_ffn`` instead.
+    """
 
     model_config = _FROZEN
 
@@ -64,6 +93,54 @@ class TransformerShape(BaseModel):
     final_softcap: bool = False
     #: T5's learned relative position bias, added to every layer's attention scores
     relative_position_bias: bool = False
+    #: multi-head latent attention (DeepSeek); None: multi-head or grouped-query attention
+    mla: LatentAttention | None = None
+    #: MoE: the shared experts' total width, run for every token (0: none)
+    shared_ffn: int = Field(default=0, ge=0)
+    #: MoE: leading layers whose MLP is one dense MLP of ``dense_ffn``
+    dense_layers: int = Field(default=0, ge=0)
+    dense_ffn: int | None = Field(default=None, gt=0)
+    #: MoE: the routing weights are fp32, and so are the experts' weighted outputs
+    router_fp32: bool = False
+
+    @model_validator(mode="after")
+    def _check_layers(self) -> TransformerShape:
+        if self.dense_layers and (self.dense_ffn is None or self.experts == 1 or self.dense_layers >= self.layers):
+            raise ValueError("dense_layers: needs dense_ffn and experts, and fewer than all layers")
+        return self
+
+    @property
+    def qk_head_dim(self) -> int:
+        """Width of each head's query and key."""
+        return self.mla.qk_head_dim if self.mla is not None else self.attention_head_dim
+
+    @property
+    def v_head_dim(self) -> int:
+        """Width of each head's value (and of the attention output per head)."""
+        return self.mla.v_head_dim if self.mla is not None else self.attention_head_dim
+
+    def kv_cache_elements(self, tp: int = 1) -> int:
+        """KV-cache elements per token and layer on one of ``tp`` tensor-parallel GPUs.
+
+        GQA and MHA: K and V for each KV head, each GPU holding its share but at least one
+        (vLLM replicates KV heads when tp exceeds their number). MLA: the latent and the
+        shared rotary key, which every GPU holds whole (vLLM's MLA backends)."""
+        if self.mla is not None:
+            return self.mla.kv_lora_rank + self.mla.qk_rope_head_dim
+        heads_per_gpu = max(1, -(-self.n_kv_heads // tp)) if tp > 1 else self.n_kv_heads
+        return 2 * heads_per_gpu * self.attention_head_dim
+
+    @property
+    def moe_layers(self) -> int:
+        """Layers (of ``layers``) whose MLP is the experts."""
+        return self.layers - self.dense_layers if self.experts > 1 else 0
+
+    def dense_layer(self) -> TransformerShape | None:
+        """The shape of the leading dense layers (one MLP of ``dense_ffn``), or None without any."""
+        if not self.dense_layers or self.dense_ffn is None:
+            return None
+        return self.model_copy(update={"experts": 1, "experts_per_token": 1, "ffn": self.dense_ffn,
+                                       "shared_ffn": 0, "dense_layers": 0, "dense_ffn": None})
 
     @property
     def loss_fp32(self) -> bool:
@@ -176,6 +253,12 @@ def arch_of(model: Model) -> Arch:
             norms_per_layer=model.norms_per_layer or 2, qk_norm=bool(model.qk_norm),
             attn_softcap=bool(model.attn_softcap), final_softcap=bool(model.final_softcap),
             relative_position_bias=bool(model.relative_position_bias),
+            mla=LatentAttention(kv_lora_rank=model.kv_lora_rank, q_lora_rank=model.q_lora_rank,
+                                qk_nope_head_dim=model.head_dim or model.hidden // model.heads,
+                                qk_rope_head_dim=model.qk_rope_head_dim or 0, v_head_dim=model.v_head_dim or 0)
+            if model.kv_lora_rank else None,
+            shared_ffn=model.shared_ffn or 0, dense_layers=model.dense_layers or 0, dense_ffn=model.dense_ffn,
+            router_fp32=bool(model.router_fp32),
         )
     assert model.activation_bytes_per_sample_fp32 is not None
     if model.kind == "cnn":
@@ -207,6 +290,7 @@ def shape_from_params(params: int) -> ModelShape:
 
 __all__ = [
     "CnnShape",
+    "LatentAttention",
     "ModelShape",
     "RnnShape",
     "TransformerShape",

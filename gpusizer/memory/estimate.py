@@ -92,26 +92,54 @@ class MemoryBreakdown(BaseModel):
 
 
 def attention_params(m: TransformerShape) -> int:
-    h, d, a, g = m.hidden, m.attention_head_dim, m.heads, m.n_kv_heads
+    """Weights of one attention block's projections (biases and norms are negligible).
+    MLA: the query (through its latent, or plain), the KV latent with the shared rotary
+    key, its up-projection to every head's key and value, and the output."""
+    h, a = m.hidden, m.heads
+    if m.mla is not None:
+        mla = m.mla
+        q = h * mla.q_lora_rank + mla.q_lora_rank * a * mla.qk_head_dim if mla.q_lora_rank else h * a * mla.qk_head_dim
+        kv = h * (mla.kv_lora_rank + mla.qk_rope_head_dim) + mla.kv_lora_rank * a * (mla.qk_nope_head_dim
+                                                                                     + mla.v_head_dim)
+        return q + kv + a * mla.v_head_dim * h
+    d, g = m.attention_head_dim, m.n_kv_heads
     return h * a * d + 2 * h * g * d + a * d * h
 
 
-def mlp_params(m: TransformerShape) -> int:
+def mlp_params(m: TransformerShape, ffn: int | None = None) -> int:
+    """Weights of one MLP of width ``ffn`` (default: the model's, each routed expert's in a MoE)."""
     gated = m.mlp in GATED_MLPS
-    return (3 if gated else 2) * m.hidden * m.ffn
+    return (3 if gated else 2) * m.hidden * (m.ffn if ffn is None else ffn)
 
 
 def layer_params(m: TransformerShape) -> int:
-    """Weights of one transformer layer (biases and norms are negligible here)."""
+    """Weights of the largest transformer layer (biases, norms and routers are negligible
+    here): attention, every expert and the shared experts (or the one MLP)."""
     experts = m.experts or 1
-    return attention_params(m) + experts * mlp_params(m)
+    moe = experts * mlp_params(m) + (mlp_params(m, m.shared_ffn) if m.shared_ffn else 0)
+    dense = mlp_params(m, m.dense_ffn) if m.dense_ffn else 0
+    return attention_params(m) + max(moe, dense)
 
 
 def matrix_params(m: TransformerShape) -> int:
     """Weights that sit in the transformer layers' linear layers (quantisable)."""
     layers = m.layers + (m.decoder_layers or 0)
     cross = (m.decoder_layers or 0) * attention_params(m)
-    return layers * layer_params(m) + cross
+    dense = m.dense_layer()
+    if dense is None:
+        return layers * layer_params(m) + cross
+    return m.dense_layers * layer_params(dense) + (layers - m.dense_layers) * layer_params(m) + cross
+
+
+def largest_matrix(m: TransformerShape) -> int:
+    """Elements of the largest linear weight a layer dequantises at once: an MLP's
+    projection, the fused Q/K/V projection, or latent attention's up-projections."""
+    mlp = m.hidden * max(m.ffn, m.dense_ffn or 0, m.shared_ffn)
+    if m.mla is not None:
+        mla, a = m.mla, m.heads
+        q = (mla.q_lora_rank or m.hidden) * a * mla.qk_head_dim
+        return max(mlp, q, mla.kv_lora_rank * a * (mla.qk_nope_head_dim + mla.v_head_dim), a * mla.v_head_dim * m.hidden)
+    return max(mlp, m.hidden * (m.heads + 2 * m.n_kv_heads) * m.attention_head_dim)
 
 
 # --------------------------------------------------------------------------
@@ -129,6 +157,39 @@ def _score_bytes_per_element(p: int, softmax_fp32: bool, dropout: bool) -> int:
     if dropout:
         return softmax_out + 1 + p
     return softmax_out if softmax_out == p else softmax_out + p
+
+
+def _attention_saved_bytes(m: TransformerShape, s: int, b: int, p: int, *, flash: bool,
+                           score_elem: int) -> tuple[int, int]:
+    """(per-head bytes, split by tensor parallelism; latent bytes, whole on every rank) that
+    one self-attention block saves for backward."""
+    a, g, d = m.heads, m.n_kv_heads, m.attention_head_dim
+    latents = 0
+    if m.mla is not None:
+        # latent attention: the query (rotary part joined back) and the key, each qk_head_dim
+        # per head, and the KV up-projection's output, whose value half attention saves
+        qkv = p * s * b * a * (2 * m.mla.qk_head_dim + m.mla.qk_nope_head_dim + m.mla.v_head_dim)
+        # the latents: each latent RMSNorm saves its input upcast to fp32 and its normalised
+        # value, the up-projection its output
+        latents = (4 + 2 * p) * s * b * (m.mla.kv_lora_rank + (m.mla.q_lora_rank or 0))
+    else:
+        # grouped KV heads are repeated to the full head count before the attention
+        # matmuls (HF's repeat_kv), so K and V are saved at a heads each
+        qkv = p * s * b * (a * d + 2 * a * d)
+    if m.qk_norm:
+        # the per-head RMSNorms on q and k save the same 8 bytes an element as a post-norm
+        qkv += 8 * s * b * (a + g) * d
+    v = m.v_head_dim
+    proj_in = p * s * b * a * v
+    if flash:
+        # no s x s matrix: the fused kernel saves its own output and an fp32
+        # log-sum-exp per row (the projection saves a reshaped copy of the output)
+        scores = p * s * b * a * v + 4 * a * s * b
+    else:
+        scores = score_elem * a * s * s * b
+        if m.attn_softcap:
+            scores += p * a * s * s * b  # tanh's output, saved for its backward
+    return qkv + proj_in + scores, latents
 
 
 def _layer_activation_bytes(
@@ -161,22 +222,8 @@ def _layer_activation_bytes(
     # mixed and fp32 alike)
     replicated += 8 * ((m.norms_per_layer or 2) - 2) * sbh
 
-    # grouped KV heads are repeated to the full head count before the attention
-    # matmuls (HF's repeat_kv), so K and V are saved at a heads each
-    qkv = p * s * b * (a * d + 2 * a * d)
-    if m.qk_norm:
-        # the per-head RMSNorms on q and k save the same 8 bytes an element as a post-norm
-        qkv += 8 * s * b * (a + g) * d
-    proj_in = p * s * b * a * d
-    if flash:
-        # no s x s matrix: the fused kernel saves its own output and an fp32
-        # log-sum-exp per row (the projection saves a reshaped copy of the output)
-        scores = p * s * b * a * d + 4 * a * s * b
-    else:
-        scores = score_elem * a * s * s * b
-        if m.attn_softcap:
-            scores += p * a * s * s * b  # tanh's output, saved for its backward
-    attention = qkv + proj_in + scores
+    attention, latents = _attention_saved_bytes(m, s, b, p, flash=flash, score_elem=score_elem)
+    replicated += latents
 
     # 0.5*x*(1 + tanh(c*(x + 0.044715*x^3))) op by op saves x (pow's input),
     # tanh's output, 0.5*x, 1 + tanh and the product; under CUDA autocast pow
@@ -201,6 +248,8 @@ def _layer_activation_bytes(
         # routing weight before the sum: three (tokens x k x hidden) tensors saved, hidden
         # wide and so replicated across tensor-parallel ranks
         replicated += 3 * p * s * b * k * h
+    if m.shared_ffn:
+        mlp += 4 * p * s * b * m.shared_ffn  # the shared experts: one gated MLP every token passes
 
     cross = 0
     if cross_len is not None:
@@ -234,6 +283,8 @@ def transformer_activation_bytes(
     layer_bytes = functools.partial(_layer_activation_bytes, dropout=dropout, flash=cfg.flash_attention, tp=tp,
                                     residual_bytes=r, softmax_fp32=softmax_fp32)
     layer = layer_bytes(m, s, b, p)
+    dense = m.dense_layer()
+    dense_layer = layer_bytes(dense, s, b, p) if dense is not None else 0
     dec_layer = 0
     t = cfg.target_len or s
     if m.decoder_layers:
@@ -241,9 +292,10 @@ def transformer_activation_bytes(
     sbh = s * b * m.hidden
     if cfg.checkpointing:
         stored = m.layers * r * sbh + (m.decoder_layers or 0) * r * t * b * m.hidden
-        recompute = max(layer, dec_layer)
+        recompute = max(layer, dense_layer, dec_layer)
     else:
-        stored = m.layers * layer + (m.decoder_layers or 0) * dec_layer
+        stored = (m.layers - m.dense_layers) * layer + m.dense_layers * dense_layer \
+            + (m.decoder_layers or 0) * dec_layer
         recompute = 0
     # embedding dropout mask and final norm input
     stored += (sbh if dropout else 0) + r * sbh
@@ -476,13 +528,11 @@ def optimizer_bytes(shape: ModelShape, cfg: RunConfig) -> int:
 
 
 def kv_cache_bytes(m: TransformerShape, batch: int, seq_len: int, p: float, tp: int = 1) -> int:
-    """2 (K and V) x layers x batch x seq x kv_heads x head_dim x bytes. With tensor
-    parallelism each GPU holds its share of the KV heads, but at least one: a GPU
-    whose query heads share a KV head keeps a copy of it (vLLM replicates KV heads
-    when tp exceeds their number)."""
+    """layers x batch x seq x the cached elements per token and layer x bytes: K and V of
+    each KV head on this GPU (2 x kv_heads x head_dim), or latent attention's latent and
+    rotary key (TransformerShape.kv_cache_elements)."""
     layers = m.decoder_layers or m.layers
-    heads_per_gpu = max(1, -(-m.n_kv_heads // tp)) if tp > 1 else m.n_kv_heads
-    return int(2 * layers * batch * seq_len * heads_per_gpu * m.attention_head_dim * p)
+    return int(layers * batch * seq_len * m.kv_cache_elements(tp) * p)
 
 
 #: MLP intermediates (ffn wide) live at once in an inference pass, with no autograd to
@@ -503,12 +553,25 @@ def inference_working_bytes(m: TransformerShape, cfg: RunConfig, seq_len: int, t
     """
     p = cfg.storage.activation_bytes
     b, s, h = cfg.batch, seq_len, m.hidden
-    base = 3 * p * s * b * h
+    # a layer's input, the residual after attention and the norm's output; a decoder's
+    # forward also keeps its embedding output referenced for the whole pass, a tensor of its
+    # own from the second layer on
+    base = (4 if m.kind == "decoder" and m.layers > 1 else 3) * p * s * b * h
     k = m.experts_per_token or 1
     mlp = INFERENCE_MLP_TENSORS[m.mlp] * k * p * s * b * m.ffn // tp
     if (m.experts or 1) > 1:
-        # routed experts: the tokens copied once per routed expert, and the experts' outputs per slot
-        mlp += 2 * p * s * b * k * h
+        # routed experts (transformers' grouped GEMM): the tokens copied once per routed expert
+        # live through the experts' MLPs; then their down projections, scaled by the routing
+        # weights (in fp32 when the router keeps them so) and put back in token order, the
+        # scaled copy live while it is reordered
+        w = 4 if m.router_fp32 else p
+        mlp = max(p * s * b * k * h + mlp, (2 * p + 2 * w) * s * b * k * h)
+    if m.shared_ffn:
+        # the shared experts run after the routed ones, whose output is live beside them
+        mlp = max(mlp, p * s * b * h + INFERENCE_MLP_TENSORS[m.mlp] * p * s * b * m.shared_ffn // tp)
+    dense = m.dense_layer()
+    if dense is not None:
+        mlp = max(mlp, INFERENCE_MLP_TENSORS[m.mlp] * p * s * b * dense.ffn // tp)
     # eager attention: the scores and the softmax's output are live together; a model that
     # upcasts the softmax (softmax(x, dtype=float32)) first copies the 16-bit scores to fp32,
     # so the scores, that copy and the fp32 output are live at once. A decoder adds its
@@ -517,7 +580,15 @@ def inference_working_bytes(m: TransformerShape, cfg: RunConfig, seq_len: int, t
     score_bytes = p + (8 if upcast and p < 4 else p)  # (soft-capping replaces the scores)
     mask = p * s * s * b if m.kind == "decoder" else 0
     attn = (score_bytes * m.heads * s * s * b // tp + mask) if not cfg.flash_attention else 4 * m.heads * s * b
-    qkv = p * s * b * (m.heads + 2 * m.n_kv_heads) * m.attention_head_dim // tp
+    if m.mla is not None:
+        # latent attention (transformers' DeepseekV3Attention): the query projection's output
+        # and its rotated part, both still referenced, the joined query and the expanded key
+        # (qk_head_dim a head), the KV up-projection's output, and the KV latent
+        mla = m.mla
+        per_head = 3 * mla.qk_head_dim + mla.qk_rope_head_dim + mla.qk_nope_head_dim + mla.v_head_dim
+        qkv = p * s * b * (m.heads * per_head // tp + mla.kv_lora_rank + mla.qk_rope_head_dim)
+    else:
+        qkv = p * s * b * (m.heads + 2 * m.n_kv_heads) * m.attention_head_dim // tp
     # generation computes the last position's logits (in fp32); a plain forward pass
     # keeps every position's, in the activations' dtype (transformers >= 4.45 no longer
     # upcasts them unless it computes a loss)
@@ -585,7 +656,7 @@ def model_state(shape: ModelShape, cfg: RunConfig) -> _State:
     if cfg.adapter is not None and cfg.adapter.base_quantisation is not None and m is not None:
         # each NF4 matrix is dequantised to 16 bits for its matmul, forward and backward
         tp = split.activations
-        transient += 2 * max(m.hidden * m.ffn, m.hidden * (m.heads + 2 * m.n_kv_heads) * m.attention_head_dim) // tp
+        transient += 2 * largest_matrix(m) // tp
     if par.replicated_gradients and cfg.training:
         # DDP's flat gradient buckets hold a second copy of the gradients
         transient += grads
@@ -695,8 +766,7 @@ def _inference_peak(shape: ModelShape, cfg: RunConfig, state: _State) -> tuple[i
         acts = inference_working_bytes(m, cfg, seq, tp)
         if cfg.storage.quantised:
             # each quantised matrix is dequantised to 16 bits for its matmul
-            h, f = m.hidden, m.ffn
-            transient += 2 * max(h * f, h * (m.heads + 2 * m.n_kv_heads) * m.attention_head_dim) // tp
+            transient += 2 * largest_matrix(m) // tp
     elif isinstance(shape.arch, CnnShape) and (per_sample := shape.arch.inference_bytes_per_sample_fp32):
         scale = (cfg.image_size / shape.arch.image_size) ** 2 if cfg.image_size else 1.0
         width = cfg.storage.activation_bytes / 4

@@ -34,6 +34,15 @@ gemma2              Gemma2ForCausalLM                as gemma with four RMSNorms
                                                      and post-attention, pre- and post-MLP)
 gemma3_text         Gemma3ForCausalLM                as gemma2 with q and k RMSNorms of
                                                      ``head_dim``
+deepseek_v3         DeepseekV3ForCausalLM            embed_tokens; per layer 2 RMSNorms and multi-
+                                                     head latent attention (q_a_proj, q_a_layernorm,
+                                                     q_b_proj, or q_proj without ``q_lora_rank``;
+                                                     kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj,
+                                                     o_proj; biases if ``attention_bias``); the first
+                                                     ``first_k_dense_replace`` layers a SwiGLU MLP,
+                                                     the rest ``n_routed_experts`` SwiGLU experts, a
+                                                     router and the shared experts; final RMSNorm;
+                                                     lm_head unless tied. DeepSeek-V3, R1, Kimi K2
 gpt2                GPT2LMHeadModel                  wte, learned wpe; per layer ln_1, c_attn,
                                                      c_proj, ln_2, c_fc, c_proj (all with bias,
                                                      LayerNorm weight and bias), cross-attention
@@ -274,6 +283,7 @@ def _llama_like(c: _Config, family: _Family) -> dict[str, Any]:
         out["active_params"] = layers * (attn + top_k * mlp + router + norms) + embeddings
         out["experts"] = experts
         out["experts_per_token"] = top_k
+        out["router_fp32"] = True  # MixtralTopKRouter: softmax(logits.float()), weights kept fp32
     elif model_type == "qwen3_moe":
         params, out = _qwen3_moe(c, h, layers, attn, norms, embeddings)
     else:
@@ -328,6 +338,80 @@ def _qwen3_moe(c: _Config, h: int, layers: int, attn: int, norms: int, embedding
         raise DataFileError(f"{c.origin}: dense layers among the experts' (mlp_only_layers, decoder_sparse_step) are "
                             "not described by one layer shape", hint="trace it with exact mode")
     return params, {"active_params": active, "experts": experts, "experts_per_token": top_k, "ffn": moe_ffn}
+
+
+def _deepseek_v3(c: _Config, family: _Family) -> dict[str, Any]:
+    """DeepseekV3ForCausalLM (DeepSeek-V3, R1, Kimi K2): multi-head latent attention, and
+    after ``first_k_dense_replace`` dense layers, ``n_routed_experts`` SwiGLU experts of
+    ``moe_intermediate_size``, a bias-free fp32 router and ``n_shared_experts`` shared
+    experts fused into one SwiGLU MLP. The multi-token-prediction layers the checkpoints
+    carry (``num_nextn_predict_layers``) are not built, so not counted."""
+    h = c.get_int("hidden_size")
+    layers = c.get_int("num_hidden_layers")
+    heads = c.get_int("num_attention_heads")
+    vocab = c.get_int("vocab_size")
+    ffn = c.get_int("intermediate_size")
+    moe_ffn = c.get_int("moe_intermediate_size", 2048)
+    experts = c.get_int("n_routed_experts", 256)
+    top_k = c.get_int("num_experts_per_tok", 8)
+    shared = c.get_int("n_shared_experts", 1, minimum=0)
+    dense = min(c.get_int("first_k_dense_replace", 3, minimum=0), layers)
+    kv_rank = c.get_int("kv_lora_rank", 512)
+    # an explicit null means no query latent (DeepSeek-V2-Lite's layout), not the default
+    q_rank = None if "q_lora_rank" in c.doc and c.doc["q_lora_rank"] is None else c.get_int("q_lora_rank", 1536)
+    nope = c.get_int("qk_nope_head_dim", 128)
+    rope = c.get_int("qk_rope_head_dim", 64)
+    v_dim = c.get_int("v_head_dim", 128)
+    tied = c.get_bool("tie_word_embeddings", False)
+    bias = c.get_bool("attention_bias", False)
+    act = c.get_str("hidden_act", "silu")
+    if top_k > experts:
+        raise DataFileError(f"{c.origin}: key 'num_experts_per_tok' ({top_k}) exceeds 'n_routed_experts' ({experts})")
+    if dense == layers:
+        raise DataFileError(f"{c.origin}: key 'first_k_dense_replace' ({dense}) leaves no expert layer of {layers}",
+                            hint="a model with no expert layers is not DeepSeek's layout; trace it with exact mode")
+
+    qk = nope + rope
+    if q_rank is None:
+        q = h * heads * qk
+    else:
+        q = h * q_rank + (q_rank if bias else 0) + q_rank + q_rank * heads * qk  # q_a_proj, q_a_layernorm, q_b_proj
+    kv = h * (kv_rank + rope) + ((kv_rank + rope) if bias else 0) + kv_rank + kv_rank * heads * (nope + v_dim)
+    attn = q + kv + heads * v_dim * h + (h if bias else 0)
+    norms = 2 * h
+    expert = 3 * h * moe_ffn
+    moe_fixed = h * experts + 3 * h * moe_ffn * shared  # router, shared experts
+    sparse = layers - dense
+    embeddings = vocab * h * (1 if tied else 2) + h
+    base = layers * (attn + norms) + dense * 3 * h * ffn + sparse * moe_fixed + embeddings
+    return {
+        "kind": "decoder",
+        "params": base + sparse * experts * expert,
+        "active_params": base + sparse * top_k * expert,
+        "layers": layers,
+        "hidden": h,
+        "heads": heads,
+        "kv_heads": heads,  # the latent is expanded to every head's key and value
+        "head_dim": nope,
+        "kv_lora_rank": kv_rank,
+        "q_lora_rank": q_rank,
+        "qk_rope_head_dim": rope,
+        "v_head_dim": v_dim,
+        "ffn": moe_ffn,
+        "experts": experts,
+        "experts_per_token": top_k,
+        "shared_ffn": moe_ffn * shared if shared else None,
+        "dense_layers": dense or None,
+        "dense_ffn": ffn if dense else None,
+        "router_fp32": True,  # the router's weight and its sigmoid scores are fp32
+        "vocab": vocab,
+        "max_seq_len": c.get_int("max_position_embeddings", 4096),
+        "mlp": _gated_mlp(act),
+        "tied_embeddings": tied,
+        "dropout": _dropout(c, {"attention_dropout": 0.0}),
+        "softmax_fp32": True,
+        "norm": "rmsnorm",
+    }
 
 
 def _gpt2(c: _Config, family: _Family) -> dict[str, Any]:
@@ -515,6 +599,7 @@ _FAMILIES: Mapping[str, _Family] = MappingProxyType({
     family.model_type: family
     for family in (
         _Family("bert", "BertForMaskedLM", _bert_like),
+        _Family("deepseek_v3", "DeepseekV3ForCausalLM", _deepseek_v3),
         _Family("gpt2", "GPT2LMHeadModel", _gpt2),
         _Family("gpt_neox", "GPTNeoXForCausalLM", _gpt_neox),
         _Family("llama", "LlamaForCausalLM", _llama_like, max_positions=2048),

@@ -68,6 +68,21 @@ class Model(BaseModel):
     final_softcap: bool | None = None
     #: T5's relative position bias (a (batch, heads, s, s) tensor every layer adds)
     relative_position_bias: bool | None = None
+    #: multi-head latent attention (DeepSeek-V2/V3): the KV latent's width, the query
+    #: latent's (null: a plain query projection), each head's rotary and value widths;
+    #: ``head_dim`` is then each head's non-rotary query/key width
+    kv_lora_rank: int | None = Field(default=None, gt=0)
+    q_lora_rank: int | None = Field(default=None, gt=0)
+    qk_rope_head_dim: int | None = Field(default=None, gt=0)
+    v_head_dim: int | None = Field(default=None, gt=0)
+    #: MoE in DeepSeek's layout: shared experts' total width, and leading dense layers
+    #: with an MLP of ``dense_ffn`` (``ffn`` is then each routed expert's width)
+    shared_ffn: int | None = Field(default=None, gt=0)
+    #: MoE: the routing weights stay fp32 (transformers' Mixtral and DeepSeek-V3 routers), so
+    #: each expert's output scaled by its weight is fp32 too
+    router_fp32: bool | None = None
+    dense_layers: int | None = Field(default=None, gt=0)
+    dense_ffn: int | None = Field(default=None, gt=0)
 
     # CNN / RNN measured figures
     image_size: int | None = Field(default=None, gt=0)
@@ -105,6 +120,12 @@ class Model(BaseModel):
                 raise ValueError("seq_len: required for an rnn model")
         if (self.experts is None) != (self.experts_per_token is None):
             raise ValueError("experts_per_token: experts and experts_per_token go together")
+        if self.kv_lora_rank is not None and (self.qk_rope_head_dim is None or self.v_head_dim is None):
+            raise ValueError("kv_lora_rank: latent attention needs qk_rope_head_dim and v_head_dim")
+        if (self.dense_layers is None) != (self.dense_ffn is None) or (self.dense_layers and not self.experts):
+            raise ValueError("dense_layers: dense_layers and dense_ffn go together, in a mixture of experts")
+        if self.dense_layers and self.layers and self.dense_layers >= self.layers:
+            raise ValueError(f"dense_layers: {self.dense_layers} leaves no expert layer of {self.layers}")
         return self
 
     @property

@@ -128,9 +128,11 @@ def default_seq_len(shape: ModelShape) -> int:
 
 def _active_matrix_params(m: TransformerShape) -> int:
     """Linear-layer weights one token passes through (MoE: the routed experts only)."""
-    per_layer = attention_params(m) + m.experts_per_token * mlp_params(m)
     layers = m.layers + m.decoder_layers
-    return layers * per_layer + m.decoder_layers * attention_params(m)
+    moe = m.moe_layers
+    mlps = (layers - moe) * mlp_params(m, m.dense_ffn) + moe * (m.experts_per_token * mlp_params(m)
+                                                                + (mlp_params(m, m.shared_ffn) if m.shared_ffn else 0))
+    return layers * attention_params(m) + mlps + m.decoder_layers * attention_params(m)
 
 
 def _head_params(m: TransformerShape, head: str) -> int:
@@ -138,10 +140,11 @@ def _head_params(m: TransformerShape, head: str) -> int:
 
 
 def _attention_flops_per_token(m: TransformerShape, context: int) -> float:
-    """QK^T and attention-times-V, forward: 2 matmuls x 2 FLOPs x context x heads x head_dim
-    per layer (PaLM, Chowdhery et al. 2022, appendix B, counts it this way)."""
+    """QK^T and attention-times-V, forward: 2 FLOPs x context x heads x (query/key width +
+    value width) per layer, 4 x head_dim when the two are equal (PaLM, Chowdhery et al. 2022,
+    appendix B, counts it this way)."""
     layers = m.layers + 2 * m.decoder_layers  # decoder self + cross attention
-    return 4.0 * layers * context * m.heads * m.attention_head_dim
+    return 2.0 * layers * context * m.heads * (m.qk_head_dim + m.v_head_dim)
 
 
 def _embedding_bytes(m: TransformerShape, storage: str) -> float:
@@ -229,7 +232,7 @@ def _decode_flow(m: TransformerShape, shape: ModelShape, st: _Step, seq: int) ->
     if m.experts > 1:
         # expected fraction of experts touched by b tokens routed to k of E each
         touched = 1.0 - (1.0 - m.experts_per_token / m.experts) ** b
-        expert_share = min(1.0, m.layers * m.experts * mlp_params(m) / shape.params)
+        expert_share = min(1.0, m.moe_layers * m.experts * mlp_params(m) / shape.params)
         weights *= (1.0 - expert_share) + expert_share * touched
     kv = kv_cache_bytes(m, b, seq, kv_element_bytes(st.cfg.kv_cache, st.spec.kv_element_bytes), tp)
     layers = m.layers + m.decoder_layers
