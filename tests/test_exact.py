@@ -199,8 +199,9 @@ def test_unknown_model_type_is_exit_7(tmp_path):
 @needs_torch
 def test_analytic_families_count_parameters_exactly_as_transformers():
     """Every Llama-like family the analytic path reads (Llama, Mistral, Mixtral, Qwen2, Qwen3,
-    Qwen3-MoE, Phi-3/4, Gemma 1-3) and GPT-2 and GPT-NeoX, at random shapes: the derived count
-    equals sum(p.numel()) of the transformers class built on the meta device."""
+    Qwen3-MoE, Phi-3/4, Gemma 1-3), DeepSeek-V3 (with and without a query latent, shared experts
+    and dense first layers), GPT-2 and GPT-NeoX, at random shapes: the derived count equals
+    sum(p.numel()) of the transformers class built on the meta device."""
     import random
 
     import torch
@@ -211,8 +212,8 @@ def test_analytic_families_count_parameters_exactly_as_transformers():
 
     tf = transformers_module()
     rng = random.Random(11)
-    for family in (*LLAMA_LIKE, "gpt2", "gpt_neox"):
-        for _ in range(3):
+    for family in (*LLAMA_LIKE, "deepseek_v3", "gpt2", "gpt_neox"):
+        for _ in range(6 if family == "deepseek_v3" else 3):
             cfg = _config(rng, family)
             doc = dict(cfg)
             conf = tf.AutoConfig.for_model(doc.pop("model_type"), **doc)
@@ -276,3 +277,54 @@ def test_optimizer_impl_foreach_holds_a_state_sized_temporary_fused_does_not():
     analytic = {impl: fit_model(optimizer_impl=impl, **base).results.breakdown.tensor_peak_bytes
                 for impl in ("fused", "foreach")}
     assert analytic["foreach"] - analytic["fused"] == 4 * params
+
+
+@needs_torch
+@pytest.mark.parametrize(("config", "model_class", "params"), [
+    # google/vit-base-patch16-224's shape: ViT-B/16 without its head holds 85,798,656 parameters
+    # (timm vit_base_patch16_224 with num_classes=0), plus transformers' default 2-label classifier
+    ({"model_type": "vit", "hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
+      "intermediate_size": 3072, "image_size": 224, "patch_size": 16, "num_channels": 3},
+     "ViTForImageClassification", 85_798_656 + 768 * 2 + 2),
+    ({"model_type": "whisper", "d_model": 384, "encoder_layers": 4, "decoder_layers": 4,
+      "encoder_attention_heads": 6, "decoder_attention_heads": 6, "encoder_ffn_dim": 1536,
+      "decoder_ffn_dim": 1536, "vocab_size": 51865, "num_mel_bins": 80}, "WhisperForConditionalGeneration", None),
+])
+def test_vision_and_speech_configs_trace_from_hf_config(tmp_path, config, model_class, params):
+    """Model types the analytic path does not read (ViT, Whisper) build from --hf-config with
+    their Auto class and trace a training step: images and audio features are made to the
+    config's shape."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    r = _cli("fit-model", "--exact", "--hf-config", str(path), "--batch", "4", "--gpu", "h100-sxm5-80gb", "--json")
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout)["results"]
+    assert res["trace"]["model_class"] == model_class
+    if params is not None:
+        assert res["params"] == params
+    assert res["breakdown"]["activations_bytes"] > 0 and res["breakdown"]["gradients_bytes"] > 0
+
+
+@needs_torch
+def test_deepseek_latent_attention_traces_on_the_memory_efficient_kernel(tmp_path):
+    """Latent attention's values (v_head_dim) are narrower than its keys (nope + rope), which
+    FlashAttention does not take: CUDA runs the memory-efficient kernel, and so does exact mode
+    (a CPU would run the math path and keep the s x s probabilities). Its KV cache holds the
+    latent: layers x tokens x (kv_lora_rank + qk_rope_head_dim) x 2 bytes."""
+    config = {"model_type": "deepseek_v3", "hidden_size": 512, "num_attention_heads": 8, "num_key_value_heads": 8,
+              "num_hidden_layers": 2, "intermediate_size": 1024, "moe_intermediate_size": 256,
+              "n_routed_experts": 4, "num_experts_per_tok": 2, "n_shared_experts": 1, "first_k_dense_replace": 1,
+              "n_group": 1, "topk_group": 1, "kv_lora_rank": 128, "q_lora_rank": 192, "qk_nope_head_dim": 64,
+              "qk_rope_head_dim": 32, "v_head_dim": 64, "vocab_size": 32000, "max_position_embeddings": 8192}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    r = _cli("fit-model", "--exact", "--hf-config", str(path), "--inference", "--precision", "bf16", "--batch", "2",
+             "--seq-len", "1024", "--gpu", "h100-sxm5-80gb", "--json")
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout)["results"]
+    assert res["breakdown"]["kv_cache_bytes"] == 2 * 2 * 1024 * (128 + 32) * 2
+    analytic = _cli("fit-model", "--hf-config", str(path), "--inference", "--precision", "bf16", "--batch", "2",
+                    "--seq-len", "1024", "--gpu", "h100-sxm5-80gb", "--json")
+    a = json.loads(analytic.stdout)["results"]["breakdown"]
+    assert a["kv_cache_bytes"] == res["breakdown"]["kv_cache_bytes"]
+    assert abs(a["tensor_peak_bytes"] / res["breakdown"]["tensor_peak_bytes"] - 1) < 0.03

@@ -134,6 +134,9 @@ def hf_config_object(source: ModelSource) -> tuple[Any, list[str]]:
 #: Auto classes tried in order when a config names no architecture transformers has
 _AUTO_CLASSES = ("AutoModelForCausalLM", "AutoModelForSeq2SeqLM", "AutoModelForSpeechSeq2Seq",
                  "AutoModelForImageClassification", "AutoModelForMaskedLM", "AutoModel")
+#: an encoder-decoder config (Whisper, T5, BART) builds the whole model, not its decoder alone
+_SEQ2SEQ_FIRST = ("AutoModelForSeq2SeqLM", "AutoModelForSpeechSeq2Seq",
+                  *(a for a in _AUTO_CLASSES if "Seq2Seq" not in a))
 
 
 def build_hf_model(source: ModelSource, attention: str, dtype: torch.dtype) -> tuple[nn.Module, list[str]]:
@@ -145,7 +148,7 @@ def build_hf_model(source: ModelSource, attention: str, dtype: torch.dtype) -> t
         kwargs["trust_remote_code"] = True
     errors: list[str] = []
     with default_dtype(dtype), skipped_init():
-        for name in names[:1] or _AUTO_CLASSES:
+        for name in names[:1] or (_SEQ2SEQ_FIRST if getattr(config, "is_encoder_decoder", False) else _AUTO_CLASSES):
             cls = getattr(tf, name)
             if attention == "sdpa" and getattr(cls, "_supports_sdpa", True) is False:
                 # (Gemma 2 keeps eager attention for its logit softcapping)
