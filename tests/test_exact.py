@@ -328,3 +328,25 @@ def test_deepseek_latent_attention_traces_on_the_memory_efficient_kernel(tmp_pat
     a = json.loads(analytic.stdout)["results"]["breakdown"]
     assert a["kv_cache_bytes"] == res["breakdown"]["kv_cache_bytes"]
     assert abs(a["tensor_peak_bytes"] / res["breakdown"]["tensor_peak_bytes"] - 1) < 0.03
+
+
+@needs_torch
+def test_the_masking_patches_act_only_during_a_trace():
+    """Exact mode makes transformers decide causal masks as for real tensors while it traces;
+    outside a trace the library behaves as released (a user's torch.compile is unaffected)."""
+    from gpusizer.exact._build import masks_as_for_real_tensors, transformers_module
+
+    mu = transformers_module().masking_utils
+    saved = mu.is_tracing
+    mu.is_tracing = lambda *a, **k: True  # what torch.compile or fake tensors make it say
+    try:
+        import torch
+
+        kwargs = {"padding_mask": torch.ones(1, 16, dtype=torch.bool), "q_length": 16, "kv_length": 16,
+                  "q_offset": 0, "kv_offset": 0}
+        assert mu._ignore_causal_mask_sdpa(**kwargs) is False  # tracing: transformers builds the mask
+        with masks_as_for_real_tensors():
+            assert mu._ignore_causal_mask_sdpa(**kwargs) is True  # as for real tensors: is_causal=True
+        assert mu._ignore_causal_mask_sdpa(**kwargs) is False
+    finally:
+        mu.is_tracing = saved

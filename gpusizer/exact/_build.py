@@ -62,12 +62,29 @@ def transformers_module() -> Any:
     return tf
 
 
+#: whether a trace is running: the masking patches below act only then, so transformers
+#: behaves as released for anything else in the process (torch.compile, a user's own tracing)
+_TRACING = [False]
+
+
+@contextlib.contextmanager
+def masks_as_for_real_tensors() -> Iterator[None]:
+    """Turn on the masking patches of :func:`_decide_masks_as_for_real_tensors` for a trace."""
+    previous = _TRACING[0]
+    _TRACING[0] = True
+    try:
+        yield
+    finally:
+        _TRACING[0] = previous
+
+
 def _decide_masks_as_for_real_tensors(tf: Any) -> None:
     """transformers treats fake tensors as "tracing" and then builds the full causal
     mask for SDPA instead of passing is_causal=True, as it does for real tensors. With
     no padding (our inputs have none) the choice depends on shapes only, so make it as
     for real tensors. It cannot read fake position ids to rule out packed sequences
-    either; ours are plain ranges."""
+    either; ours are plain ranges. Both patches act only inside
+    :func:`masks_as_for_real_tensors`."""
     mu = getattr(tf, "masking_utils", None)
     if mu is None or getattr(mu, "_gpusizer_patched", False):
         return
@@ -77,6 +94,8 @@ def _decide_masks_as_for_real_tensors(tf: Any) -> None:
         original = mu._ignore_causal_mask_sdpa
 
         def ignore_causal_mask_sdpa(*args: Any, **kwargs: Any) -> Any:
+            if not _TRACING[0]:
+                return original(*args, **kwargs)
             saved = mu.is_tracing
             mu.is_tracing = lambda *a, **k: False
             try:
@@ -87,7 +106,8 @@ def _decide_masks_as_for_real_tensors(tf: Any) -> None:
         mu._ignore_causal_mask_sdpa = ignore_causal_mask_sdpa
     if hasattr(mu, "find_packed_sequence_indices"):
         find_packed = mu.find_packed_sequence_indices
-        mu.find_packed_sequence_indices = lambda pos: None if isinstance(pos, FakeTensor) else find_packed(pos)
+        mu.find_packed_sequence_indices = lambda pos: None if _TRACING[0] and isinstance(pos, FakeTensor) \
+            else find_packed(pos)
     mu._gpusizer_patched = True
 
 

@@ -17,7 +17,14 @@ import torch.nn.functional as F
 
 from gpusizer.domain.run import RunConfig
 from gpusizer.errors import GpusizerError, TraceError, UsageError
-from gpusizer.exact._build import build_hf_model, build_torch_model, default_dtype, make_inputs, transformers_module
+from gpusizer.exact._build import (
+    build_hf_model,
+    build_torch_model,
+    default_dtype,
+    make_inputs,
+    masks_as_for_real_tensors,
+    transformers_module,
+)
 from gpusizer.exact._tracker import GpuLike, LiveTensorTracker, run_backward, storage_bytes
 from gpusizer.exact.source import ANALYTIC, ExactTrace, ModelSource, check_traceable
 
@@ -152,7 +159,7 @@ def trace_memory(source: ModelSource, cfg: RunConfig, progress: Progress | None 
         # on zero-filled tensors of the model's full size
         mode = FakeTensorMode(allow_non_fake_inputs=False, allow_fallback_kernels=False) if fake \
             else contextlib.nullcontext()
-        with mode, warnings.catch_warnings():
+        with mode, masks_as_for_real_tensors(), warnings.catch_warnings():
             # deprecation and tracing warnings of the libraries are not the user's business here
             warnings.simplefilter("ignore")
             say("building the model")
