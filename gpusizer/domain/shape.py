@@ -102,6 +102,25 @@ class TransformerShape(BaseModel):
     dense_ffn: int | None = Field(default=None, gt=0)
     #: MoE: the routing weights are fp32, and so are the experts' weighted outputs
     router_fp32: bool = False
+    #: the value is a view of one fused Q/K/V projection's output (GPT-NeoX, Phi-3)
+    fused_qkv: bool = False
+    #: Q/K/V in one projection and gate and up in one (GPT-2, GPT-NeoX, Phi-3)
+    fused_projections: bool = False
+
+    @property
+    def input_casts(self) -> int:
+        """16-bit copies of the two norms' outputs autocast makes and the layers' matmuls save:
+        autocast caches the casts of weights only, so each projection casts its input itself.
+        Attention: one per projection reading the norm (separate Q, K, V: 3; one fused
+        projection: 1; latent attention: the query's and the KV latent's, 2). MLP: gate and
+        up (2, or 1 fused), a plain MLP's up (1), a mixture's router (1) and shared experts'
+        gate and up (the routed experts' grouped GEMM is not autocast)."""
+        attention = 2 if self.mla is not None else 1 if self.fused_projections else 3
+        if self.experts > 1:
+            mlp = 1 + (2 if self.shared_ffn else 0)
+        else:
+            mlp = 2 if self.mlp in GATED_MLPS and not self.fused_projections else 1
+        return attention + mlp
 
     @model_validator(mode="after")
     def _check_layers(self) -> TransformerShape:
@@ -258,7 +277,8 @@ def arch_of(model: Model) -> Arch:
                                 qk_rope_head_dim=model.qk_rope_head_dim or 0, v_head_dim=model.v_head_dim or 0)
             if model.kv_lora_rank else None,
             shared_ffn=model.shared_ffn or 0, dense_layers=model.dense_layers or 0, dense_ffn=model.dense_ffn,
-            router_fp32=bool(model.router_fp32),
+            router_fp32=bool(model.router_fp32), fused_qkv=bool(model.fused_qkv),
+            fused_projections=bool(model.fused_projections),
         )
     assert model.activation_bytes_per_sample_fp32 is not None
     if model.kind == "cnn":

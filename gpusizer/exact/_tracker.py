@@ -159,6 +159,11 @@ def _autocast_fp32_funcs() -> tuple[set[Any], set[Any]]:
     return cast, opt_dtype
 
 
+#: the grouped GEMM entry points MoE layers call (transformers 5's experts)
+_GROUPED_MM: tuple[Any, ...] = tuple(f for f in (getattr(F, "grouped_mm", None), getattr(torch, "_grouped_mm", None))
+                                     if f is not None)
+
+
 class GpuLike(TorchFunctionMode):  # type: ignore[misc]
     """Make the CPU keep what CUDA keeps where the two differ (docs/method.md):
 
@@ -192,9 +197,24 @@ class GpuLike(TorchFunctionMode):  # type: ignore[misc]
                 self.counts["sdpa dropout_p->0"] += 1
                 kwargs["dropout_p"] = 0.0
             return self._sdpa(args, kwargs)
+        if func in _GROUPED_MM and self._grouped_mm_fallback(args, kwargs):
+            # CUDA's grouped GEMM takes other dtypes than bf16 through its own loop of matmuls
+            # (aten's _grouped_mm_fallback); the fake kernel checks for bf16 only. transformers'
+            # fallback op computes the same (S, N) output and saves the same inputs.
+            self.counts["grouped_mm (not bf16)->mm per expert"] += 1
+            return torch.ops.transformers.grouped_mm_fallback(args[0], args[1], offs=kwargs.get("offs"))
         if torch.is_autocast_enabled("cpu"):
             args, kwargs = self._fp32_policy(func, args, kwargs)
         return func(*args, **kwargs)
+
+    @staticmethod
+    def _grouped_mm_fallback(args: Any, kwargs: dict[str, Any]) -> bool:
+        """Whether a grouped GEMM call needs the per-expert path: not bf16, no bias or output
+        dtype, and transformers' fallback op registered (its MoE module is loaded)."""
+        a, b = args[0], args[1]
+        return (a.dtype != torch.bfloat16 or b.dtype != torch.bfloat16) and len(args) == 2 \
+            and kwargs.get("bias") is None and kwargs.get("out_dtype") is None and kwargs.get("offs") is not None \
+            and hasattr(torch.ops.transformers, "grouped_mm_fallback")
 
     def _sdpa(self, args: Any, kwargs: dict[str, Any]) -> Any:
         """SDPA as CUDA runs it. FlashAttention takes no mask and one head width for

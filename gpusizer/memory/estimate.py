@@ -172,18 +172,33 @@ def _attention_saved_bytes(m: TransformerShape, s: int, b: int, p: int, *, flash
         # the latents: each latent RMSNorm saves its input upcast to fp32 and its normalised
         # value, the up-projection its output
         latents = (4 + 2 * p) * s * b * (m.mla.kv_lora_rank + (m.mla.q_lora_rank or 0))
+    elif flash:
+        # SDPA takes grouped KV heads as they are (transformers passes enable_gqa=True when
+        # there is no mask), so K and V are saved at g heads each
+        qkv = p * s * b * (a * d + 2 * g * d)
     else:
         # grouped KV heads are repeated to the full head count before the attention
         # matmuls (HF's repeat_kv), so K and V are saved at a heads each
         qkv = p * s * b * (a * d + 2 * a * d)
+    if m.fused_qkv and (flash or g == a):
+        # the value attention saves is a view of the fused projection's output (not copied by
+        # repeat_kv), so that whole output stays alive: the query and key parts too
+        qkv += p * s * b * (a + g) * d
     if m.qk_norm:
-        # the per-head RMSNorms on q and k save the same 8 bytes an element as a post-norm
-        qkv += 8 * s * b * (a + g) * d
+        # the per-head RMSNorms on q and k save their input upcast to fp32 and the normalised
+        # value in the activations' dtype (rotary embedding then saves only cos and sin)
+        qkv += (4 + p) * s * b * (a + g) * d
     v = m.v_head_dim
     proj_in = p * s * b * a * v
-    if flash:
-        # no s x s matrix: the fused kernel saves its own output and an fp32
-        # log-sum-exp per row (the projection saves a reshaped copy of the output)
+    if flash and m.mla is None:
+        # no s x s matrix: the fused kernel saves its output, which it writes in (batch,
+        # sequence, heads, dim) order, so the output projection's input is the same storage,
+        # and an fp32 log-sum-exp per row
+        scores = 4 * a * s * b
+    elif flash:
+        # latent attention's memory-efficient kernel: its output and the projection's
+        # reshaped copy of it (the value view it is given is not contiguous), and the
+        # log-sum-exp
         scores = p * s * b * a * v + 4 * a * s * b
     else:
         scores = score_elem * a * s * s * b
@@ -222,6 +237,10 @@ def _layer_activation_bytes(
     # mixed and fp32 alike)
     replicated += 8 * ((m.norms_per_layer or 2) - 2) * sbh
 
+    if r != p:
+        # autocast: each projection saves its own 16-bit copy of the norm output it reads
+        # (the two counted above are one per norm)
+        replicated += p * (m.input_casts - 2) * sbh
     attention, latents = _attention_saved_bytes(m, s, b, p, flash=flash, score_elem=score_elem)
     replicated += latents
 
@@ -244,10 +263,12 @@ def _layer_activation_bytes(
     mlp *= k
     if (m.experts or 1) > 1:
         # routed experts (transformers 5's grouped GEMM): each token is copied once per
-        # routed expert, and each expert's output is kept per slot and again scaled by its
-        # routing weight before the sum: three (tokens x k x hidden) tensors saved, hidden
-        # wide and so replicated across tensor-parallel ranks
-        replicated += 3 * p * s * b * k * h
+        # routed expert (the up projection saves the copy), and each expert's output is kept
+        # per slot for the routing weight's gradient: two (tokens x k x hidden) tensors,
+        # hidden wide and so replicated across tensor-parallel ranks. Autocast does not cover
+        # the grouped GEMM, so under AMP the experts run on the fp32 residual stream's width.
+        mlp = mlp * r // p
+        replicated += 2 * r * s * b * k * h
     if m.shared_ffn:
         mlp += 4 * p * s * b * m.shared_ffn  # the shared experts: one gated MLP every token passes
 
@@ -299,6 +320,10 @@ def transformer_activation_bytes(
         recompute = 0
     # embedding dropout mask and final norm input
     stored += (sbh if dropout else 0) + r * sbh
+    if m.kind == "decoder":
+        # a decoder's final norm keeps, like the layers' norms, its output for the output head
+        # and, op by op (RMSNorm), the fp32 upcast of its input
+        stored += (p + (4 if m.norm == "rmsnorm" else 0)) * sbh
     if m.relative_position_bias:
         # T5's relative position bias: each stack's first layer looks up an (s, s, heads)
         # table and adds the mask, a (batch, heads, s, s) bias every layer shares and every
@@ -315,8 +340,13 @@ def transformer_activation_bytes(
     if st.autocast and not cfg.checkpointing:
         # autocast's 16-bit copies of the layer weights are saved for backward
         # (under checkpointing they are recomputed instead); sharded runs hold
-        # copies of their own shard only
-        stored += int(2 * matrix_params(m) / shards)
+        # copies of their own shard only. Routed experts' grouped GEMM is not autocast:
+        # their weights are used as stored, with no copies
+        routed = m.moe_layers * m.experts * mlp_params(m)
+        stored += int(2 * (matrix_params(m) - routed) / shards)
+    if st.autocast and cfg.head in ("lm", "logits"):
+        # the output head runs outside the checkpointed layers: its 16-bit copy is saved either way
+        stored += 2 * m.vocab * m.hidden // tp
     return stored + saved_logits, recompute, logits
 
 
@@ -561,11 +591,15 @@ def inference_working_bytes(m: TransformerShape, cfg: RunConfig, seq_len: int, t
     mlp = INFERENCE_MLP_TENSORS[m.mlp] * k * p * s * b * m.ffn // tp
     if (m.experts or 1) > 1:
         # routed experts (transformers' grouped GEMM): the tokens copied once per routed expert
-        # live through the experts' MLPs; then their down projections, scaled by the routing
-        # weights (in fp32 when the router keeps them so) and put back in token order, the
-        # scaled copy live while it is reordered
-        w = 4 if m.router_fp32 else p
-        mlp = max(p * s * b * k * h + mlp, (2 * p + 2 * w) * s * b * k * h)
+        # live through the experts' MLPs, whose fused gate-and-up output stays live while the
+        # gate is applied (one ffn-wide tensor more than separate projections); then their down
+        # projections, scaled by the routing weights (in fp32 when the router keeps them so)
+        # and put back in token order, the scaled copy live while it is reordered
+        # (autocast does not cover the grouped GEMM: under AMP the experts run in fp32)
+        e = 4 if cfg.storage.autocast else p
+        w = 4 if m.router_fp32 or cfg.storage.autocast else p
+        fused = k * e * s * b * m.ffn // tp if m.gated_mlp else 0
+        mlp = max(e * s * b * k * h + mlp * e // p + fused, (2 * e + 2 * w) * s * b * k * h)
     if m.shared_ffn:
         # the shared experts run after the routed ones, whose output is live beside them
         mlp = max(mlp, p * s * b * h + INFERENCE_MLP_TENSORS[m.mlp] * p * s * b * m.shared_ffn // tp)
@@ -767,6 +801,12 @@ def _inference_peak(shape: ModelShape, cfg: RunConfig, state: _State) -> tuple[i
         if cfg.storage.quantised:
             # each quantised matrix is dequantised to 16 bits for its matmul
             transient += 2 * largest_matrix(m) // tp
+        if cfg.storage.autocast:
+            # autocast caches the 16-bit copy of every weight it casts (leaf tensors that
+            # require grad, as a model's parameters do) until its region ends: the layers'
+            # matrices but the routed experts (the grouped GEMM is not autocast), and the head
+            routed = m.moe_layers * m.experts * mlp_params(m)
+            transient += 2 * (matrix_params(m) - routed + m.vocab * m.hidden) // tp
     elif isinstance(shape.arch, CnnShape) and (per_sample := shape.arch.inference_bytes_per_sample_fp32):
         scale = (cfg.image_size / shape.arch.image_size) ** 2 if cfg.image_size else 1.0
         width = cfg.storage.activation_bytes / 4

@@ -305,6 +305,9 @@ def _llama_like(c: _Config, family: _Family) -> dict[str, Any]:
         "tied_embeddings": tied,
         "dropout": _dropout(c, {"attention_dropout": 0.0}),
         "softmax_fp32": True,
+        # Phi3Attention: one qkv_proj, sliced into views; Phi3MLP: one gate_up_proj
+        "fused_qkv": model_type == "phi3" or None,
+        "fused_projections": model_type == "phi3" or None,
         "norm": "rmsnorm",  # LlamaRMSNorm: op by op
         "norms_per_layer": family.layer_norms,
         "qk_norm": family.qk_norm,
@@ -451,6 +454,7 @@ def _gpt2(c: _Config, family: _Family) -> dict[str, Any]:
         "tied_embeddings": tied,
         "dropout": _dropout(c, {"attn_pdrop": 0.1, "resid_pdrop": 0.1, "embd_pdrop": 0.1}),
         "softmax_fp32": False,
+        "fused_projections": True,  # one c_attn for Q, K and V
     }
 
 
@@ -489,6 +493,8 @@ def _gpt_neox(c: _Config, family: _Family) -> dict[str, Any]:
         "tied_embeddings": tied,
         "dropout": _dropout(c, {"attention_dropout": 0.0, "hidden_dropout": 0.0}),
         "softmax_fp32": True,
+        "fused_qkv": True,  # GPTNeoXAttention: one query_key_value, sliced into views
+        "fused_projections": True,
     }
 
 

@@ -78,6 +78,12 @@ class Model(BaseModel):
     #: MoE in DeepSeek's layout: shared experts' total width, and leading dense layers
     #: with an MLP of ``dense_ffn`` (``ffn`` is then each routed expert's width)
     shared_ffn: int | None = Field(default=None, gt=0)
+    #: one fused Q/K/V projection whose output the value is a view of (GPT-NeoX, Phi-3): saving
+    #: the value for attention keeps the whole projection output alive
+    fused_qkv: bool | None = None
+    #: Q/K/V in one projection and (gated MLPs) gate and up in one (GPT-2, GPT-NeoX, Phi-3);
+    #: separate projections each take their own 16-bit copy of their input under autocast
+    fused_projections: bool | None = None
     #: MoE: the routing weights stay fp32 (transformers' Mixtral and DeepSeek-V3 routers), so
     #: each expert's output scaled by its weight is fp32 too
     router_fp32: bool | None = None
