@@ -451,7 +451,8 @@ def _structure(calib: list[Case]) -> list[Efficiency]:
                                   attention_efficiency=0.3 if attention else 0.0,
                                   layer_overhead_us=overhead, graph_layer_overhead_us=overhead / 2,
                                   sm_bandwidth_gb_s=sm_bw,
-                                  fitted_on=tuple(sorted(c.id for c in rows)), fitted=fitted))
+                                  fitted_on=tuple(sorted(c.id for c in rows)), fitted=fitted,
+                                  covers=_covers(rows, gen_of)))
         for gen in GENERATIONS:
             sub = [c for c in rows if gen_of[c.gpu.architecture] == gen]
             if len(sub) == len(rows):
@@ -461,9 +462,16 @@ def _structure(calib: list[Case]) -> list[Efficiency]:
                                           memory_efficiency=0.6, layer_overhead_us=overhead,
                                           graph_layer_overhead_us=overhead / 2,
                                           fitted_on=tuple(sorted(c.id for c in sub)),
+                                          covers=_covers(sub, gen_of),
                                           fitted=GEN_FITTED + (("attention_efficiency",)
                                                                if attention and any(_old_kernels(c) for c in sub) else ())))
     return entries
+
+
+def _covers(rows: list[Case], gen_of: dict[str, str]) -> tuple[str, ...]:
+    """The GPU classes (``generation/segment``) the rows were measured on: an entry applies to
+    those classes only (Efficiency.covers)."""
+    return tuple(sorted({f"{gen_of[c.gpu.architecture]}/{c.gpu.segment}" for c in rows}))
 
 
 def identifying_multi_gpu_rows(calib: list[Case]) -> list[tuple[Case, list[Case]]]:
