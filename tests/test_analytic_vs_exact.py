@@ -1,10 +1,10 @@
 """The analytic memory model against exact mode on random configurations (needs gpusizer[torch]).
 
-A fixed-seed sample (seed 5, drawn after the last correction and never looked at before
-these bounds were set) of the cases benchmarks/analytic_vs_exact.py draws; docs/method.md
-(2.12) has the full tables. The bounds are the targets: median error at most 3%, 95th
-percentile at most 10% (at this commit the sample gives 0.9% and 7.8%, worst 13.2%: a
-Phi-3 fp32 inference pass).
+A fixed-seed sample (seed 5, never used to correct the model) of the cases
+benchmarks/analytic_vs_exact.py draws; docs/method.md (2.12) has the full tables. The bounds
+are the targets: median error at most 3%, 95th percentile at most 10% (at this commit the
+sample, redrawn when DeepSeek-V3 joined the families, gives 0.2% and 4.6%, worst 12.9%: a
+Phi-3 fp32 eager inference pass).
 """
 
 from __future__ import annotations

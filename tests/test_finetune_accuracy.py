@@ -47,19 +47,17 @@ def test_serving_kv_tokens_match_vllm_logs(results):
 
 def test_finetune_memory_stays_within_its_current_error(results):
     errors = [abs(r[3]) for r in results["finetune"]]
-    assert statistics.median(errors) <= 0.13
+    assert statistics.median(errors) <= 0.10  # 9.2% at this commit (12.1% before the exact-mode physics)
     within = sum(e <= 0.12 for e in errors) / len(errors)
-    assert within >= 0.45
+    assert within >= 0.50
 
 
-def test_peft_lora_rows_are_within_13_percent_and_most_within_8(results):
+def test_peft_lora_rows_are_within_8_percent(results):
     """The HF/peft runs the recipe models (peft's MetaMathQA benchmark, LitGPT's bf16 LoRA).
 
-    Bound 13%: peft's Llama-3.2-3B rows (128,256-token vocabulary) are over by 11-12% since
-    the loss backward counts the three fp32 logit-size buffers exact mode traces there
-    (the saved log-softmax, nll_loss's gradient and log_softmax's gradient); they were +8%
-    with two. The other rows are within 8%."""
+    All within 8% (worst -6.9%, LitGPT's Llama-3.2-1B). peft's Llama-3.2-3B rows were over by
+    11-12% until SDPA's unrepeated KV heads and its in-place output were counted; none of the
+    corrections was fitted on these rows."""
     rows = [r for r in results["finetune"] if r[0].endswith(("peft-metamathqa", "litgpt"))]
     assert len(rows) >= 7
-    assert max(abs(r[3]) for r in rows) <= 0.13
-    assert sorted(abs(r[3]) for r in rows)[-3] <= 0.08
+    assert max(abs(r[3]) for r in rows) <= 0.08
