@@ -328,6 +328,7 @@ def test_deepseek_latent_attention_traces_on_the_memory_efficient_kernel(tmp_pat
     a = json.loads(analytic.stdout)["results"]["breakdown"]
     assert a["kv_cache_bytes"] == res["breakdown"]["kv_cache_bytes"]
     assert abs(a["tensor_peak_bytes"] / res["breakdown"]["tensor_peak_bytes"] - 1) < 0.03
+    assert any("memory-efficient kernel" in n and "(2 calls)" in n for n in res["trace"]["notes"]), res["trace"]["notes"]
 
 
 @needs_torch
@@ -350,3 +351,21 @@ def test_the_masking_patches_act_only_during_a_trace():
         assert mu._ignore_causal_mask_sdpa(**kwargs) is False
     finally:
         mu.is_tracing = saved
+
+
+@needs_torch
+def test_sdpa_reroute_leaves_real_tensors_on_the_cpu_kernels():
+    """The memory-efficient kernel exists on CUDA only: the check against MemTracker runs real
+    CPU tensors through GpuLike, which must leave a masked SDPA on the CPU's own kernels."""
+    import torch
+    import torch.nn.functional as F
+
+    from gpusizer.exact._tracker import GpuLike
+
+    q = torch.randn(1, 2, 8, 16)
+    v = torch.randn(1, 2, 8, 8)
+    mask = torch.ones(8, 8, dtype=torch.bool).tril()
+    with GpuLike() as mode:
+        out = F.scaled_dot_product_attention(q, q, v, attn_mask=mask)
+    assert out.shape == (1, 2, 8, 8)
+    assert mode.counts["sdpa->memory-efficient kernel"] == 0

@@ -724,8 +724,8 @@ def test_unknown_model_type():
     err = _error({**LLAMA_2_7B, "model_type": "falcon"})
     assert err.message == (
         "cfg/config.json: model_type 'falcon' is not supported; "
-        "supported: bert, deepseek_v3, gemma, gemma2, gemma3_text, gpt2, gpt_neox, llama, mistral, mixtral, mt5, phi3, "
-        "qwen2, "
+        "supported: bert, deepseek_v3, gemma, gemma2, gemma3_text, gpt2, gpt_neox, kimi_k2, llama, mistral, mixtral, "
+        "mt5, phi3, qwen2, "
         "qwen3, qwen3_moe, roberta, t5"
     )
 
@@ -821,6 +821,13 @@ NEW_FAMILY_CONFIGS = {
                     "num_experts_per_tok": 8, "first_k_dense_replace": 3, "kv_lora_rank": 512, "q_lora_rank": 1536,
                     "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128, "vocab_size": 129280,
                     "max_position_embeddings": 163840, "tie_word_embeddings": False, "num_nextn_predict_layers": 1},
+    # moonshotai/Kimi-K2-Instruct config.json: its own model_type, DeepSeek-V3's architecture
+    "kimi-k2": {"model_type": "kimi_k2", "architectures": ["DeepseekV3ForCausalLM"], "hidden_size": 7168,
+                "intermediate_size": 18432, "moe_intermediate_size": 2048, "num_hidden_layers": 61,
+                "num_attention_heads": 64, "num_key_value_heads": 64, "n_shared_experts": 1, "n_routed_experts": 384,
+                "num_experts_per_tok": 8, "first_k_dense_replace": 1, "kv_lora_rank": 512, "q_lora_rank": 1536,
+                "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128, "vocab_size": 163840,
+                "max_position_embeddings": 131072, "tie_word_embeddings": False},
 }
 
 
@@ -875,3 +882,28 @@ def test_deepseek_without_a_query_latent_counts_one_query_projection():
 def test_deepseek_config_errors_name_the_key(key, value, message):
     err = _error({**NEW_FAMILY_CONFIGS["deepseek-v3"], key: value})
     assert err.message == f"cfg/config.json: {message}"
+
+
+def test_kimi_k2_has_the_published_1t_total_and_32b_activated():
+    """Kimi K2's model card: 1 trillion total and 32 billion activated parameters."""
+    m = model_from_hf_config(NEW_FAMILY_CONFIGS["kimi-k2"], "kimi-k2/config.json")
+    assert round(m.params / 1e12, 2) == 1.03 and round(m.active_params / 1e9) == 33  # type: ignore[operator]
+    assert (m.experts, m.dense_layers, m.heads) == (384, 1, 64)
+
+
+def test_matrix_params_counts_each_layer_as_what_it_is():
+    """Dense leading layers count their one MLP, expert layers their experts and shared
+    experts, even when the dense MLP is wider than all the experts together."""
+    from gpusizer.domain.shape import shape_from_model
+    from gpusizer.memory.estimate import attention_params, layer_params, matrix_params
+
+    doc = {"model_type": "deepseek_v3", "hidden_size": 512, "num_hidden_layers": 4, "num_attention_heads": 4,
+           "vocab_size": 1000, "intermediate_size": 4096, "moe_intermediate_size": 256, "n_routed_experts": 4,
+           "num_experts_per_tok": 2, "n_shared_experts": 1, "first_k_dense_replace": 1, "kv_lora_rank": 64,
+           "q_lora_rank": None, "qk_nope_head_dim": 32, "qk_rope_head_dim": 16, "v_head_dim": 32}
+    m = shape_from_model(model_from_hf_config(doc, "d/config.json")).transformer
+    assert m is not None
+    attention = attention_params(m)
+    dense, moe = 3 * 512 * 4096, 4 * 3 * 512 * 256 + 3 * 512 * 256
+    assert matrix_params(m) == 4 * attention + dense + 3 * moe
+    assert layer_params(m) == attention + max(dense, moe)

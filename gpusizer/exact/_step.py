@@ -200,7 +200,8 @@ def _train(model: nn.Module, source: ModelSource, cfg: RunConfig, say: Progress)
     if cfg.storage.autocast or cfg.adapter is not None:
         autocast = torch.autocast("cpu", dtype=torch.bfloat16)
     saved_at_forward_end: dict[str, int] = {}
-    with GpuLike(), tracker:
+    gpu_like = GpuLike()
+    with gpu_like, tracker:
         for step in (1, 2):
             say(f"step {step} of 2: forward, backward, optimizer")
             gc.collect()
@@ -244,7 +245,7 @@ def _train(model: nn.Module, source: ModelSource, cfg: RunConfig, say: Progress)
         "peak_bytes_by_kind": _kinds(peak),
         "ops": tracker.ops,
         "phase_peak_bytes": {k: v for k, v in tracker.phase_peaks.items() if k in ("forward", "backward", "optimizer")},
-        "notes": notes,
+        "notes": [*notes, *gpu_like.kernel_notes()],
     }
     return fields
 
@@ -291,7 +292,8 @@ def _infer(model: nn.Module, source: ModelSource, cfg: RunConfig, say: Progress)
     autocast: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
     if cfg.storage.autocast:
         autocast = torch.autocast("cpu", dtype=torch.bfloat16)
-    with GpuLike(), tracker, torch.no_grad(), autocast:
+    gpu_like = GpuLike()
+    with gpu_like, tracker, torch.no_grad(), autocast:
         tracker.enter("inference")
         tracker.reset_peak()
         out = model(**inputs, **kwargs) if source.kind != "torch-model" else model(inputs["x"])
@@ -314,5 +316,5 @@ def _infer(model: nn.Module, source: ModelSource, cfg: RunConfig, say: Progress)
         "peak_bytes_by_kind": peak,
         "ops": tracker.ops,
         "phase_peak_bytes": {"inference": tracker.peak},
-        "notes": notes,
+        "notes": [*notes, *gpu_like.kernel_notes()],
     }

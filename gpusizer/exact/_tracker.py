@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from torch._subclasses.fake_tensor import FakeTensor
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
@@ -202,18 +203,30 @@ class GpuLike(TorchFunctionMode):  # type: ignore[misc]
             # (aten's _grouped_mm_fallback); the fake kernel checks for bf16 only. transformers'
             # fallback op computes the same (S, N) output and saves the same inputs.
             self.counts["grouped_mm (not bf16)->mm per expert"] += 1
-            return torch.ops.transformers.grouped_mm_fallback(args[0], args[1], offs=kwargs.get("offs"))
+            offs = args[2] if len(args) > 2 else kwargs["offs"]
+            return torch.ops.transformers.grouped_mm_fallback(args[0], args[1], offs=offs)
         if torch.is_autocast_enabled("cpu"):
             args, kwargs = self._fp32_policy(func, args, kwargs)
         return func(*args, **kwargs)
+
+    def kernel_notes(self) -> list[str]:
+        """Notes on the kernels chosen as CUDA would choose them, where a CPU would not."""
+        notes = []
+        if n := self.counts["sdpa->memory-efficient kernel"]:
+            notes.append(f"attention ran on SDPA's memory-efficient kernel, as CUDA runs it with a mask or values "
+                         f"narrower than keys ({n} calls)")
+        if n := self.counts["grouped_mm (not bf16)->mm per expert"]:
+            notes.append(f"experts' grouped GEMM outside bf16 ran one matmul per expert, as CUDA runs it ({n} calls)")
+        return notes
 
     @staticmethod
     def _grouped_mm_fallback(args: Any, kwargs: dict[str, Any]) -> bool:
         """Whether a grouped GEMM call needs the per-expert path: not bf16, no bias or output
         dtype, and transformers' fallback op registered (its MoE module is loaded)."""
         a, b = args[0], args[1]
-        return (a.dtype != torch.bfloat16 or b.dtype != torch.bfloat16) and len(args) == 2 \
-            and kwargs.get("bias") is None and kwargs.get("out_dtype") is None and kwargs.get("offs") is not None \
+        offs = args[2] if len(args) > 2 else kwargs.get("offs")
+        return (a.dtype != torch.bfloat16 or b.dtype != torch.bfloat16) and len(args) <= 3 \
+            and kwargs.get("bias") is None and kwargs.get("out_dtype") is None and offs is not None \
             and hasattr(torch.ops.transformers, "grouped_mm_fallback")
 
     def _sdpa(self, args: Any, kwargs: dict[str, Any]) -> Any:
@@ -226,7 +239,9 @@ class GpuLike(TorchFunctionMode):  # type: ignore[misc]
         names = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
         call = {**dict(zip(names, args, strict=False)), **kwargs}
         q, k, v, mask = call["query"], call["key"], call["value"], call.get("attn_mask")
-        if mask is None and q.shape[-1] == v.shape[-1]:
+        if (mask is None and q.shape[-1] == v.shape[-1]) or not isinstance(q, FakeTensor):
+            # (real tensors, in the check against MemTracker, keep the CPU's own kernels:
+            # the memory-efficient one exists on CUDA only)
             return F.scaled_dot_product_attention(*args, **kwargs)
         if call.get("enable_gqa") and k.shape[-3] != q.shape[-3]:
             groups = q.shape[-3] // k.shape[-3]  # the kernel takes every head's keys: repeated, as CUDA does
@@ -239,7 +254,7 @@ class GpuLike(TorchFunctionMode):  # type: ignore[misc]
         elif mask is not None:
             mask = mask.to(dtype)
         self.counts["sdpa->memory-efficient kernel"] += 1
-        grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+        grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, k, v, mask))
         return torch.ops.aten._scaled_dot_product_efficient_attention(
             q, k, v, mask, grad, call.get("dropout_p", 0.0), call.get("is_causal", False), scale=call.get("scale"))[0]
 

@@ -112,23 +112,37 @@ def mlp_params(m: TransformerShape, ffn: int | None = None) -> int:
     return (3 if gated else 2) * m.hidden * (m.ffn if ffn is None else ffn)
 
 
+def _moe_mlp_params(m: TransformerShape) -> int:
+    """The MLP weights of one expert layer: every routed expert and the shared experts."""
+    return m.experts * mlp_params(m) + (mlp_params(m, m.shared_ffn) if m.shared_ffn else 0)
+
+
+def _dense_mlp_params(m: TransformerShape) -> int:
+    """The MLP weights of one dense layer (a mixture's leading dense layers, or any layer of
+    a dense model)."""
+    return mlp_params(m, m.dense_ffn)
+
+
 def layer_params(m: TransformerShape) -> int:
     """Weights of the largest transformer layer (biases, norms and routers are negligible
-    here): attention, every expert and the shared experts (or the one MLP)."""
-    experts = m.experts or 1
-    moe = experts * mlp_params(m) + (mlp_params(m, m.shared_ffn) if m.shared_ffn else 0)
-    dense = mlp_params(m, m.dense_ffn) if m.dense_ffn else 0
-    return attention_params(m) + max(moe, dense)
+    here): attention, and every expert and the shared experts, or the one MLP."""
+    mlps = [_moe_mlp_params(m)] if m.moe_layers else []
+    if m.layers + m.decoder_layers > m.moe_layers:
+        mlps.append(_dense_mlp_params(m))
+    return attention_params(m) + max(mlps)
+
+
+def routed_expert_params(m: TransformerShape) -> int:
+    """Weights of every routed expert (0 for a dense model): transformers runs them with a
+    grouped GEMM that autocast does not cover."""
+    return m.moe_layers * m.experts * mlp_params(m)
 
 
 def matrix_params(m: TransformerShape) -> int:
     """Weights that sit in the transformer layers' linear layers (quantisable)."""
-    layers = m.layers + (m.decoder_layers or 0)
-    cross = (m.decoder_layers or 0) * attention_params(m)
-    dense = m.dense_layer()
-    if dense is None:
-        return layers * layer_params(m) + cross
-    return m.dense_layers * layer_params(dense) + (layers - m.dense_layers) * layer_params(m) + cross
+    layers = m.layers + m.decoder_layers
+    mlps = m.moe_layers * _moe_mlp_params(m) + (layers - m.moe_layers) * _dense_mlp_params(m)
+    return layers * attention_params(m) + mlps + m.decoder_layers * attention_params(m)
 
 
 def largest_matrix(m: TransformerShape) -> int:
@@ -337,17 +351,21 @@ def transformer_activation_bytes(
     if cfg.adapter is not None and not cfg.checkpointing:
         # each adapter saves its rank-r intermediate (x A) for backward, in 16 bits
         stored += 2 * adapter_input_elements(m, cfg.adapter) * b * s // tp
-    if st.autocast and not cfg.checkpointing:
-        # autocast's 16-bit copies of the layer weights are saved for backward
-        # (under checkpointing they are recomputed instead); sharded runs hold
-        # copies of their own shard only. Routed experts' grouped GEMM is not autocast:
-        # their weights are used as stored, with no copies
-        routed = m.moe_layers * m.experts * mlp_params(m)
-        stored += int(2 * (matrix_params(m) - routed) / shards)
-    if st.autocast and cfg.head in ("lm", "logits"):
-        # the output head runs outside the checkpointed layers: its 16-bit copy is saved either way
-        stored += 2 * m.vocab * m.hidden // tp
+    if st.autocast:
+        # autocast's 16-bit weight copies are saved for backward; under checkpointing the
+        # layers' are recomputed instead, the output head's (outside the checkpointed
+        # layers) saved either way
+        stored += autocast_weight_copy_bytes(m, cfg, shards, layers=not cfg.checkpointing)
     return stored + saved_logits, recompute, logits
+
+
+def autocast_weight_copy_bytes(m: TransformerShape, cfg: RunConfig, shards: int, *, layers: bool = True) -> int:
+    """The 16-bit copies autocast makes of a transformer's weights: the layers' matrices
+    (``layers``) but the routed experts, whose grouped GEMM autocast does not cover, and a
+    vocabulary head's. Sharded runs hold copies of their own shard only."""
+    copied = (matrix_params(m) - routed_expert_params(m) if layers else 0) \
+        + (m.vocab * m.hidden if cfg.head in ("lm", "logits") else 0)
+    return int(2 * copied / shards)
 
 
 def _loss_bytes(m: TransformerShape, cfg: RunConfig, tokens_out: int, tp: int) -> tuple[int, int]:
@@ -803,10 +821,8 @@ def _inference_peak(shape: ModelShape, cfg: RunConfig, state: _State) -> tuple[i
             transient += 2 * largest_matrix(m) // tp
         if cfg.storage.autocast:
             # autocast caches the 16-bit copy of every weight it casts (leaf tensors that
-            # require grad, as a model's parameters do) until its region ends: the layers'
-            # matrices but the routed experts (the grouped GEMM is not autocast), and the head
-            routed = m.moe_layers * m.experts * mlp_params(m)
-            transient += 2 * (matrix_params(m) - routed + m.vocab * m.hidden) // tp
+            # require grad, as a model's parameters do) until its region ends
+            transient += autocast_weight_copy_bytes(m, cfg, cfg.sharding.weights)
     elif isinstance(shape.arch, CnnShape) and (per_sample := shape.arch.inference_bytes_per_sample_fp32):
         scale = (cfg.image_size / shape.arch.image_size) ** 2 if cfg.image_size else 1.0
         width = cfg.storage.activation_bytes / 4

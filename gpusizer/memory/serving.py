@@ -11,7 +11,8 @@ follows vLLM's accounting (``gpu_memory_utilization``, 16-token blocks):
     sequences = blocks / ceil(context / 16)
 
 With tensor parallelism each GPU holds 1/tp of the weights and of the KV heads
-(at least one KV head: vLLM replicates them when tp exceeds their number).
+(at least one KV head: vLLM replicates them when tp exceeds their number); latent
+attention's cache (one latent a token) is held whole on every GPU.
 """
 
 from __future__ import annotations

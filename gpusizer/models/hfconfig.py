@@ -42,7 +42,10 @@ deepseek_v3         DeepseekV3ForCausalLM            embed_tokens; per layer 2 R
                                                      ``first_k_dense_replace`` layers a SwiGLU MLP,
                                                      the rest ``n_routed_experts`` SwiGLU experts, a
                                                      router and the shared experts; final RMSNorm;
-                                                     lm_head unless tied. DeepSeek-V3, R1, Kimi K2
+                                                     lm_head unless tied. DeepSeek-V3 and R1
+kimi_k2             DeepseekV3ForCausalLM            as deepseek_v3 (Kimi K2's repository ships
+                                                     this model_type with its own copy of the
+                                                     class)
 gpt2                GPT2LMHeadModel                  wte, learned wpe; per layer ln_1, c_attn,
                                                      c_proj, ln_2, c_fc, c_proj (all with bias,
                                                      LayerNorm weight and bias), cross-attention
@@ -355,10 +358,10 @@ def _deepseek_v3(c: _Config, family: _Family) -> dict[str, Any]:
     vocab = c.get_int("vocab_size")
     ffn = c.get_int("intermediate_size")
     moe_ffn = c.get_int("moe_intermediate_size", 2048)
-    experts = c.get_int("n_routed_experts", 256)
+    experts = c.get_int("n_routed_experts", 256, minimum=2)
     top_k = c.get_int("num_experts_per_tok", 8)
     shared = c.get_int("n_shared_experts", 1, minimum=0)
-    dense = min(c.get_int("first_k_dense_replace", 3, minimum=0), layers)
+    dense = c.get_int("first_k_dense_replace", 3, minimum=0)
     kv_rank = c.get_int("kv_lora_rank", 512)
     # an explicit null means no query latent (DeepSeek-V2-Lite's layout), not the default
     q_rank = None if "q_lora_rank" in c.doc and c.doc["q_lora_rank"] is None else c.get_int("q_lora_rank", 1536)
@@ -370,7 +373,7 @@ def _deepseek_v3(c: _Config, family: _Family) -> dict[str, Any]:
     act = c.get_str("hidden_act", "silu")
     if top_k > experts:
         raise DataFileError(f"{c.origin}: key 'num_experts_per_tok' ({top_k}) exceeds 'n_routed_experts' ({experts})")
-    if dense == layers:
+    if dense >= layers:
         raise DataFileError(f"{c.origin}: key 'first_k_dense_replace' ({dense}) leaves no expert layer of {layers}",
                             hint="a model with no expert layers is not DeepSeek's layout; trace it with exact mode")
 
@@ -606,6 +609,8 @@ _FAMILIES: Mapping[str, _Family] = MappingProxyType({
     for family in (
         _Family("bert", "BertForMaskedLM", _bert_like),
         _Family("deepseek_v3", "DeepseekV3ForCausalLM", _deepseek_v3),
+        # Kimi K2 ships model_type kimi_k2 with its own copy of DeepseekV3ForCausalLM
+        _Family("kimi_k2", "DeepseekV3ForCausalLM", _deepseek_v3),
         _Family("gpt2", "GPT2LMHeadModel", _gpt2),
         _Family("gpt_neox", "GPTNeoXForCausalLM", _gpt_neox),
         _Family("llama", "LlamaForCausalLM", _llama_like, max_positions=2048),

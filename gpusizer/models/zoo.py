@@ -16,7 +16,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from gpusizer import datafiles
-from gpusizer.domain.shape import MlpKind
+from gpusizer.domain.shape import GATED_MLPS, MlpKind
 from gpusizer.errors import DataFileError, UsageError
 from gpusizer.hardware.catalog import Source, normalise
 
@@ -126,12 +126,24 @@ class Model(BaseModel):
                 raise ValueError("seq_len: required for an rnn model")
         if (self.experts is None) != (self.experts_per_token is None):
             raise ValueError("experts_per_token: experts and experts_per_token go together")
+        latent = ("q_lora_rank", "qk_rope_head_dim", "v_head_dim")
+        if self.kv_lora_rank is None and any(getattr(self, f) is not None for f in latent):
+            raise ValueError("kv_lora_rank: q_lora_rank, qk_rope_head_dim and v_head_dim describe latent attention "
+                             "and need kv_lora_rank")
         if self.kv_lora_rank is not None and (self.qk_rope_head_dim is None or self.v_head_dim is None):
             raise ValueError("kv_lora_rank: latent attention needs qk_rope_head_dim and v_head_dim")
-        if (self.dense_layers is None) != (self.dense_ffn is None) or (self.dense_layers and not self.experts):
-            raise ValueError("dense_layers: dense_layers and dense_ffn go together, in a mixture of experts")
+        if self.kv_lora_rank is not None and self.kind != "decoder":
+            raise ValueError("kv_lora_rank: latent attention is described for decoders only")
+        mixture = self.experts is not None and self.experts > 1
+        for name in ("dense_layers", "shared_ffn", "router_fp32"):
+            if getattr(self, name) and not mixture:
+                raise ValueError(f"{name}: describes a mixture of experts, which needs experts > 1")
+        if (self.dense_layers is None) != (self.dense_ffn is None):
+            raise ValueError("dense_layers: dense_layers and dense_ffn go together")
         if self.dense_layers and self.layers and self.dense_layers >= self.layers:
             raise ValueError(f"dense_layers: {self.dense_layers} leaves no expert layer of {self.layers}")
+        if self.shared_ffn and self.mlp not in GATED_MLPS:
+            raise ValueError("shared_ffn: shared experts are gated MLPs (swiglu, geglu)")
         return self
 
     @property

@@ -5,7 +5,8 @@ A calibrated roofline. Every formula is explained in ``docs/method.md``
 
 * **work**: matmul/convolution FLOPs (training = 3x the forward pass; for
   transformers 2 * matrix params per token forward plus attention
-  4 * layers * seq * heads * head_dim; CNNs scale the zoo's forward GFLOPs by
+  2 * layers * seq * heads * (query/key width + value width), 4 * head_dim when they are
+  equal; CNNs scale the zoo's forward GFLOPs by
   (image_size / reference)^2), weight and KV-cache bytes read, activation bytes
   moved (twice what memory.py says is saved for backward: written and read once,
   forward; 3x that for a training step) and optimizer-state bytes;

@@ -25,6 +25,7 @@ from gpusizer.memory.estimate import (
     estimate_memory,
     kv_cache_bytes,
     mlp_params,
+    routed_expert_params,
     trainable,
     transformer_seq_len,
 )
@@ -139,12 +140,18 @@ def _head_params(m: TransformerShape, head: str) -> int:
     return m.vocab * m.hidden if head in ("lm", "logits") else 0
 
 
-def _attention_flops_per_token(m: TransformerShape, context: int) -> float:
+def _attention_flops_per_token(m: TransformerShape, context: int, *, decode: bool = False) -> float:
     """QK^T and attention-times-V, forward: 2 FLOPs x context x heads x (query/key width +
     value width) per layer, 4 x head_dim when the two are equal (PaLM, Chowdhery et al. 2022,
-    appendix B, counts it this way)."""
+    appendix B, counts it this way). Decoding with latent attention attends over the cached
+    latent itself, the up-projections absorbed into the query and the output (DeepSeek-V2,
+    section 2.1.2; vLLM's MLA backends): keys kv_lora_rank + rope wide, values kv_lora_rank."""
     layers = m.layers + 2 * m.decoder_layers  # decoder self + cross attention
-    return 2.0 * layers * context * m.heads * (m.qk_head_dim + m.v_head_dim)
+    if decode and m.mla is not None:
+        width = 2 * m.mla.kv_lora_rank + m.mla.qk_rope_head_dim
+    else:
+        width = m.qk_head_dim + m.v_head_dim
+    return 2.0 * layers * context * m.heads * width
 
 
 def _embedding_bytes(m: TransformerShape, storage: str) -> float:
@@ -225,14 +232,14 @@ def _decode_flow(m: TransformerShape, shape: ModelShape, st: _Step, seq: int) ->
     """One new token for each of ``batch`` sequences, attending to ``seq`` cached tokens."""
     b, tp = st.cfg.batch, st.tp
     mm = _active_matrix_params(m) + _head_params(m, st.cfg.head)
-    attn = _attention_flops_per_token(m, seq) * b / tp
+    attn = _attention_flops_per_token(m, seq, decode=True) * b / tp
     weights = float(st.mem.weights_bytes)
     if not m.tied_embeddings:
         weights -= _embedding_bytes(m, st.storage) / tp
     if m.experts > 1:
         # expected fraction of experts touched by b tokens routed to k of E each
         touched = 1.0 - (1.0 - m.experts_per_token / m.experts) ** b
-        expert_share = min(1.0, m.moe_layers * m.experts * mlp_params(m) / shape.params)
+        expert_share = min(1.0, routed_expert_params(m) / shape.params)
         weights *= (1.0 - expert_share) + expert_share * touched
     kv = kv_cache_bytes(m, b, seq, kv_element_bytes(st.cfg.kv_cache, st.spec.kv_element_bytes), tp)
     layers = m.layers + m.decoder_layers

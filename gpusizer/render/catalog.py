@@ -159,7 +159,8 @@ def models_table(models: Sequence[Model]) -> Table:
     for col in ("id", "kind", "params", "layers", "hidden", "heads/kv", "vocab"):
         table.add_column(col, justify="left" if col in ("id", "kind") else "right")
     for m in models:
-        heads = f"{m.heads}/{m.n_kv_heads}" if m.heads else NA
+        # latent attention caches one latent for all heads: "MLA" instead of a KV head count
+        heads = f"{m.heads}/{'MLA' if m.kv_lora_rank else m.n_kv_heads}" if m.heads else NA
         table.add_row(m.id, m.kind, format_count(m.params), show_value(m.layers), show_value(m.hidden), heads,
                       show_value(m.vocab))
     return table
