@@ -94,20 +94,10 @@ class Adapter(BaseModel):
 def _linears(m: TransformerShape) -> list[tuple[str, int, int, int, int]]:
     """(name, inputs, outputs, count, passes) of every linear layer but the output head:
     ``count`` layers exist, and a token passes ``passes`` of them (fewer for routed experts)."""
-    h, d, a, g, f = m.hidden, m.attention_head_dim, m.heads, m.n_kv_heads, m.ffn
+    h, f = m.hidden, m.ffn
     n = m.layers + 2 * m.decoder_layers  # attention blocks: decoder self- and cross-attention
     layers = m.layers + m.decoder_layers
-    if m.mla is not None:
-        # latent attention: "q" is the query projection (or its latent pair q_a_proj,
-        # q_b_proj), "k" the KV latent's projection (kv_a_proj_with_mqa), "v" its
-        # up-projection to every head's key and value (kv_b_proj)
-        mla, ql = m.mla, m.mla.q_lora_rank
-        attention = [("q", h, ql), ("q", ql, a * mla.qk_head_dim)] if ql else [("q", h, a * mla.qk_head_dim)]
-        attention += [("k", h, mla.kv_lora_rank + mla.qk_rope_head_dim),
-                      ("v", mla.kv_lora_rank, a * (mla.qk_nope_head_dim + mla.v_head_dim)), ("o", a * mla.v_head_dim, h)]
-    else:
-        attention = [("q", h, a * d), ("k", h, g * d), ("v", h, g * d), ("o", a * d, h)]
-    out = [(name, n_in, n_out, n, n) for name, n_in, n_out in attention]
+    out = [(name, n_in, n_out, n, n) for name, n_in, n_out in m.attention_projections()]
     # (width, MLPs, MLPs a token passes): the routed experts, the shared experts, dense layers
     mlps = [(f, (layers - m.dense_layers) * m.experts,
              m.moe_layers * m.experts_per_token if m.experts > 1 else layers)]

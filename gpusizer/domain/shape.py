@@ -149,6 +149,21 @@ class TransformerShape(BaseModel):
         heads_per_gpu = max(1, -(-self.n_kv_heads // tp)) if tp > 1 else self.n_kv_heads
         return 2 * heads_per_gpu * self.attention_head_dim
 
+    def attention_projections(self) -> list[tuple[str, int, int]]:
+        """(name, inputs, outputs) of one attention block's projections, the one list the
+        parameter counts, adapters and dequantisation read. Latent attention: "q" is the
+        query projection (or its latent pair q_a_proj, q_b_proj), "k" the KV latent's
+        projection with the rotary key (kv_a_proj_with_mqa), "v" its up-projection to every
+        head's key and value (kv_b_proj)."""
+        h, a = self.hidden, self.heads
+        if self.mla is None:
+            d, g = self.attention_head_dim, self.n_kv_heads
+            return [("q", h, a * d), ("k", h, g * d), ("v", h, g * d), ("o", a * d, h)]
+        mla, ql = self.mla, self.mla.q_lora_rank
+        query = [("q", h, ql), ("q", ql, a * mla.qk_head_dim)] if ql else [("q", h, a * mla.qk_head_dim)]
+        return [*query, ("k", h, mla.kv_lora_rank + mla.qk_rope_head_dim),
+                ("v", mla.kv_lora_rank, a * (mla.qk_nope_head_dim + mla.v_head_dim)), ("o", a * mla.v_head_dim, h)]
+
     @property
     def moe_layers(self) -> int:
         """Layers (of ``layers``) whose MLP is the experts."""

@@ -92,18 +92,8 @@ class MemoryBreakdown(BaseModel):
 
 
 def attention_params(m: TransformerShape) -> int:
-    """Weights of one attention block's projections (biases and norms are negligible).
-    MLA: the query (through its latent, or plain), the KV latent with the shared rotary
-    key, its up-projection to every head's key and value, and the output."""
-    h, a = m.hidden, m.heads
-    if m.mla is not None:
-        mla = m.mla
-        q = h * mla.q_lora_rank + mla.q_lora_rank * a * mla.qk_head_dim if mla.q_lora_rank else h * a * mla.qk_head_dim
-        kv = h * (mla.kv_lora_rank + mla.qk_rope_head_dim) + mla.kv_lora_rank * a * (mla.qk_nope_head_dim
-                                                                                     + mla.v_head_dim)
-        return q + kv + a * mla.v_head_dim * h
-    d, g = m.attention_head_dim, m.n_kv_heads
-    return h * a * d + 2 * h * g * d + a * d * h
+    """Weights of one attention block's projections (biases and norms are negligible)."""
+    return sum(n_in * n_out for _, n_in, n_out in m.attention_projections())
 
 
 def mlp_params(m: TransformerShape, ffn: int | None = None) -> int:
@@ -150,9 +140,7 @@ def largest_matrix(m: TransformerShape) -> int:
     projection, the fused Q/K/V projection, or latent attention's up-projections."""
     mlp = m.hidden * max(m.ffn, m.dense_ffn or 0, m.shared_ffn)
     if m.mla is not None:
-        mla, a = m.mla, m.heads
-        q = (mla.q_lora_rank or m.hidden) * a * mla.qk_head_dim
-        return max(mlp, q, mla.kv_lora_rank * a * (mla.qk_nope_head_dim + mla.v_head_dim), a * mla.v_head_dim * m.hidden)
+        return max(mlp, *(n_in * n_out for _, n_in, n_out in m.attention_projections()))
     return max(mlp, m.hidden * (m.heads + 2 * m.n_kv_heads) * m.attention_head_dim)
 
 
