@@ -647,12 +647,7 @@ def forward_activations(model: nn.Module, case: Case, opts: Options) -> dict[str
     batch = make_batch(case)
     fn = loss_fn(case)
     tracker = LiveTensorTracker()
-    for p in model.parameters():
-        tracker.register(p, "weight")
-    for b in model.buffers():
-        tracker.register(b, "buffer")
-    for t in batch.values():
-        tracker.register(t, "input")
+    tracker.register_model(model, batch)
     gpu = _gpu_ctx(opts)
     with gpu, tracker:
         tracker.phase = "forward"

@@ -862,16 +862,22 @@ def test_deepseek_v3_has_the_published_671b_total_and_36_6b_activated():
     assert (m.experts, m.experts_per_token, m.shared_ffn, m.dense_layers, m.dense_ffn) == (256, 8, 2048, 3, 18432)
 
 
-def test_deepseek_without_a_query_latent_counts_one_query_projection():
-    """``q_lora_rank: null`` (DeepSeek-V2-Lite's layout) is a plain h x heads*(nope+rope) query
-    projection, not the default 1536-wide latent."""
-    doc = {**NEW_FAMILY_CONFIGS["deepseek-v3"], "q_lora_rank": None}
-    plain = model_from_hf_config(doc, "d/config.json")
-    latent = model_from_hf_config(NEW_FAMILY_CONFIGS["deepseek-v3"], "d/config.json")
-    h, a, qk, ql = 7168, 128, 192, 1536
-    per_layer = h * a * qk - (h * ql + ql + ql * a * qk)
-    assert plain.q_lora_rank is None
-    assert plain.params - latent.params == 61 * per_layer
+def test_deepseek_v2_lite_layout_without_a_query_latent_has_its_published_15_7b():
+    """``q_lora_rank: null`` is one plain query projection, not the default 1536-wide latent.
+    DeepSeek-V2-Lite has that layout (deepseek-ai/DeepSeek-V2-Lite config.json: 27 layers,
+    hidden 2048, 16 heads, kv_lora_rank 512, q_lora_rank null, 64 routed experts of 1408, 2
+    shared, 6 per token, the first layer dense at 10944, vocabulary 102400); its model card
+    gives 15.7B total and 2.4B activated parameters (the input embedding not among them)."""
+    doc = {"model_type": "deepseek_v3", "hidden_size": 2048, "num_hidden_layers": 27, "num_attention_heads": 16,
+           "num_key_value_heads": 16, "kv_lora_rank": 512, "q_lora_rank": None, "qk_nope_head_dim": 128,
+           "qk_rope_head_dim": 64, "v_head_dim": 128, "intermediate_size": 10944, "moe_intermediate_size": 1408,
+           "n_routed_experts": 64, "n_shared_experts": 2, "num_experts_per_tok": 6, "first_k_dense_replace": 1,
+           "vocab_size": 102400}
+    m = model_from_hf_config(doc, "deepseek-v2-lite/config.json")
+    assert m.q_lora_rank is None
+    assert round(m.params / 1e9, 1) == 15.7
+    assert m.active_params is not None
+    assert 2.4e9 <= m.active_params - 102400 * 2048 < 2.5e9  # 2,451,435,008: "2.4B" to the figure it gives
 
 
 @pytest.mark.parametrize(("key", "value", "message"), [

@@ -19,11 +19,13 @@ class Info:
     """One live storage: its size and what holds it (weight, buffer, input, grad,
     optimizer, kv_cache or other)."""
 
-    __slots__ = ("nbytes", "kind", "weight_copy")
+    __slots__ = ("nbytes", "kind", "dtype", "weight_copy")
 
-    def __init__(self, nbytes: int, kind: str) -> None:
+    def __init__(self, nbytes: int, kind: str, dtype: torch.dtype) -> None:
         self.nbytes = nbytes
         self.kind = kind
+        #: the dtype of the first tensor seen on the storage
+        self.dtype = dtype
         #: a _to_copy of a weight (autocast's cached 16-bit copies)
         self.weight_copy = False
 
@@ -69,7 +71,7 @@ class LiveTensorTracker(TorchDispatchMode):  # type: ignore[misc]
             if kind != "other":
                 info.kind = kind
             return info
-        info = Info(nbytes, kind)
+        info = Info(nbytes, kind, t.dtype)
         self.live[key] = info
         self.current += nbytes
         weakref.finalize(st, self._free, key, info)

@@ -594,7 +594,12 @@ def inference_working_bytes(m: TransformerShape, cfg: RunConfig, seq_len: int, t
     # own from the second layer on
     base = (4 if m.kind == "decoder" and m.layers > 1 else 3) * p * s * b * h
     k = m.experts_per_token or 1
-    mlp = INFERENCE_MLP_TENSORS[m.mlp] * k * p * s * b * m.ffn // tp
+
+    def mlp_tensors(width: int, copies: int = 1) -> int:
+        """Bytes of the intermediates live at once in ``copies`` MLPs of ``width`` per token."""
+        return INFERENCE_MLP_TENSORS[m.mlp] * copies * p * s * b * width // tp
+
+    mlp = mlp_tensors(m.ffn, k)
     if (m.experts or 1) > 1:
         # routed experts (transformers' grouped GEMM): the tokens copied once per routed expert
         # live through the experts' MLPs, whose fused gate-and-up output stays live while the
@@ -608,10 +613,9 @@ def inference_working_bytes(m: TransformerShape, cfg: RunConfig, seq_len: int, t
         mlp = max(e * s * b * k * h + mlp * e // p + fused, (2 * e + 2 * w) * s * b * k * h)
     if m.shared_ffn:
         # the shared experts run after the routed ones, whose output is live beside them
-        mlp = max(mlp, p * s * b * h + INFERENCE_MLP_TENSORS[m.mlp] * p * s * b * m.shared_ffn // tp)
-    dense = m.dense_layer()
-    if dense is not None:
-        mlp = max(mlp, INFERENCE_MLP_TENSORS[m.mlp] * p * s * b * dense.ffn // tp)
+        mlp = max(mlp, p * s * b * h + mlp_tensors(m.shared_ffn))
+    if m.dense_ffn is not None:
+        mlp = max(mlp, mlp_tensors(m.dense_ffn))
     # eager attention: the scores and the softmax's output are live together; a model that
     # upcasts the softmax (softmax(x, dtype=float32)) first copies the 16-bit scores to fp32,
     # so the scores, that copy and the fp32 output are live at once. A decoder adds its
