@@ -440,3 +440,24 @@ def test_nvidia_entries_need_a_compute_capability():
         Gpu.model_validate({**base, "compute_capability": None})
     with pytest.raises(ValueError, match="architecture"):
         Gpu.model_validate({**base, "architecture": "cdna3"})
+
+
+def test_street_prices_are_dated_cited_and_preferred_to_launch_prices():
+    """A street price is a dated market figure: it needs its month, a source that names it,
+    and it is what a budget uses; without it the launch price (MSRP) is the price."""
+    street = [g for g in CATALOG.gpus if g.street_price_usd is not None]
+    assert {"h100-pcie-80gb", "h100-sxm5-80gb", "a100-sxm4-80gb", "b200-sxm-180gb", "gaudi3"} <= {g.id for g in street}
+    for gpu in street:
+        cited = [s for s in gpu.sources if "street_price_usd" in s.fields and "street_price_date" in s.fields]
+        assert cited and all(s.url for s in cited), gpu.id
+        assert gpu.price is not None and gpu.price.basis == "street" and gpu.price.when == gpu.street_price_date
+    assert GPUS["h100-pcie-80gb"].price.label == "street price 2025-03"
+    assert GPUS["rtx-4090"].price.label == "launch price 2022" and GPUS["rtx-4090"].price.usd == 1599
+    assert GPUS["l40s"].price is None
+    base = GPUS["h20"].model_dump(mode="json")
+    with pytest.raises(ValueError, match="street_price_date"):
+        Gpu.model_validate({**base, "street_price_date": None})
+    with pytest.raises(ValueError, match="street_price_date"):
+        Gpu.model_validate({**base, "street_price_date": "2025-13"})
+    with pytest.raises(ValueError, match="before launch_year"):
+        Gpu.model_validate({**base, "street_price_date": "2019-01"})

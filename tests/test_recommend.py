@@ -214,17 +214,36 @@ def test_require_ecc_takes_optional_ecc_with_a_note(cli_json):
 
 
 def test_constraint_excludes_and_names_itself():
-    # llm-train: Tensor Cores (Volta or newer) are a hard constraint
-    rec = engine("llm-train")
+    # llm-train: matrix units (NVIDIA Tensor Cores from Volta, AMD Matrix Cores, Intel MMEs) are a
+    # hard constraint. Pre-Volta parts and Turing boards without Tensor Cores (the T400's TU117,
+    # tensor_cores: 0) fail it; an architecture test let the T400 through.
+    rec = engine("llm-train", vendor="any")
     excluded = {g.gpu_id: g for g in rec.excluded}
+    assert BY_ID["nvidia-t400-4gb"].tensor_cores == 0 and "nvidia-t400-4gb" in excluded
     for gpu in GPUS:
-        if gpu.architecture in ("maxwell", "pascal"):
+        if gpu.architecture in ("maxwell", "pascal") or gpu.tensor_cores == 0:
             flags = excluded[gpu.id].excluded_by
             assert [f.rule for f in flags] == ["tensor-cores"]
-            assert f"architecture = {gpu.architecture}" in flags[0].message
+            assert "(has_tensor_cores = false)" in flags[0].message
         else:
             assert gpu.id not in excluded
-    assert any(a.startswith("tensor-cores: architecture >= volta") for a in rec.constraints_applied)
+    assert {"mi100", "mi300x", "gaudi3"} <= {g.gpu_id for g in rec.ranked}
+    assert any(a.startswith("tensor-cores: has_tensor_cores == true") for a in rec.constraints_applied)
+
+
+def test_precision_hardware_constraints_follow_the_matrix_units_not_nvidias_order():
+    """bf16 needs BF16 matrix units (NVIDIA Ampere on, by architecture even where no rate is
+    published; AMD CDNA and Gaudi by their rates); fp8 needs FP8 ones (Ada on, CDNA 3, Gaudi 3)."""
+    def excluded_ids(precision: str) -> set[str]:
+        return {g.gpu_id for g in engine("llm-train", vendor="any", precision=precision).excluded}
+
+    bf16 = excluded_ids("bf16")
+    assert {"v100-sxm2-16gb", "rtx-2080-ti", "t4"} <= bf16          # Volta and Turing: no BF16 Tensor Cores
+    assert not {"a10g", "a100-sxm4-80gb", "mi100", "mi210", "gaudi3"} & bf16
+    assert BY_ID["a10g"].tensor_bf16_tflops is None                  # kept by architecture, not by a rate
+    fp8 = excluded_ids("fp8")
+    assert {"a100-sxm4-80gb", "mi250x", "mi100"} <= fp8
+    assert not {"l4", "h100-sxm5-80gb", "mi300x", "mi355x", "gaudi3"} & fp8
 
 
 def test_common_constraint_applies_only_when_its_condition_holds():
@@ -433,10 +452,12 @@ def test_cnn_budget_that_covers_consumer_prices_prefers_rtx_on_value(cli_json):
     values = [g["value_per_kusd"] for g in res["ranked"]]
     assert values == sorted(values, reverse=True)
     for g in res["ranked"]:
-        assert g["price_total_usd"] == BY_ID[g["gpu_id"]].launch_price_usd * 4 <= 8000
+        assert g["price_total_usd"] == BY_ID[g["gpu_id"]].price.usd * 4 <= 8000
         assert g["value_per_kusd"] == pytest.approx(g["speed"]["throughput_per_s"] / (g["price_total_usd"] / 1000))
     excluded = {g["gpu_id"]: g["excluded_by"][0]["message"] for g in res["excluded"]}
-    assert "launch price unknown" in excluded["a100-sxm4-80gb"]
+    assert "price unknown" in excluded["l40s"]
+    # a data-center card with a dated street price is checked against the budget, not dropped
+    assert "4 x $17,499 (street price 2025-03) = $69,996 is over the budget of $8,000" in excluded["a100-sxm4-80gb"]
     assert "over the budget of $8,000" in excluded["titan-v"]  # 4 x $2,999
 
 
@@ -446,9 +467,23 @@ def test_unknown_price_is_never_ranked_as_free(cli_json):
     valued = [g for g in res["ranked"] if g["value_per_kusd"] is not None]
     unpriced = [g for g in res["ranked"] if g["price_total_usd"] is None]
     assert valued and unpriced
-    assert all(g["value_per_kusd"] is None and g["value_note"] == "launch price unknown" for g in unpriced)
+    assert all(g["value_per_kusd"] is None and g["value_note"] == "price unknown" for g in unpriced)
     assert max(g["rank"] for g in valued) < min(g["rank"] for g in unpriced)
     assert "launch prices" in res["price_basis"] and "never free" in res["price_basis"]
+
+
+def test_a_budget_reaches_data_center_cards_through_their_street_prices(cli_json):
+    """Data-center cards have no launch price (sold by quote); a dated street price (a cited
+    reseller listing) lets --budget check them instead of dropping them."""
+    res = rec_json(cli_json, "--workload", "llm-train", "--gpus", "4", "--budget", "100000", "--top", "100")
+    ranked = {g["gpu_id"]: g for g in res["ranked"]}
+    h100 = ranked["h100-pcie-80gb"]
+    assert BY_ID["h100-pcie-80gb"].launch_price_usd is None
+    assert h100["price_each_usd"] == 24500 and h100["price_total_usd"] == 98000
+    assert h100["price_basis"] == "street price 2025-03"
+    assert "h100-sxm5-80gb" not in ranked  # 4 x $31,250 = $125,000
+    assert ranked["rtx-4090"]["price_basis"] == "launch price 2022"
+    assert "street prices where known" in res["price_basis"]
 
 
 def test_max_power_is_a_total_for_all_gpus(cli_json):
@@ -585,7 +620,7 @@ def test_human_output_header_table_reasons_and_excluded(cli):
 def test_human_output_says_price_unknown(cli):
     result = cli("recommend", "--workload", "hpc", "--top", "2")
     assert result.exit_code == 0
-    assert "launch price unknown" in result.stdout and "unknown" in result.stdout
+    assert "price unknown" in result.stdout
 
 
 def test_nothing_qualifies_exits_4(cli):
@@ -882,8 +917,6 @@ def test_flash_attention_reaches_the_memory_fit_and_the_speed_column(cli_json):
 
 
 def test_recommend_considers_other_vendors_only_when_asked(cli_json):
-    # cnn: llm-train's tensor-cores constraint is "architecture >= volta", NVIDIA's order, which no AMD
-    # or Intel part satisfies (see test_an_architecture_rule_never_holds_for_another_vendor)
     default = cli_json("recommend", "--workload", "cnn", "--top", "200")
     ids = {g["gpu_id"] for g in default["results"]["ranked"]}
     assert ids and not ids & {"mi300x", "mi355x", "gaudi3"}

@@ -284,7 +284,7 @@ def _estimate_run(
         training = time_to_train(est, samples=amount.samples, tokens=amount.tokens,
                                  price_per_gpu_hour=price_per_hour)
     if price_per_hour is None:
-        notes.append("cost unknown: give a price per GPU-hour in USD; catalog launch prices are purchase "
+        notes.append("cost unknown: give a price per GPU-hour in USD; catalog prices are purchase "
                      "prices, not hourly ones")
     speed = {key: getattr(est, key) for key in (
         "throughput_per_s", "throughput_unit", "step_time_s", "compute_s", "memory_s", "comm_s", "comm_exposed_s",

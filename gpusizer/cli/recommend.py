@@ -60,8 +60,8 @@ WorkloadOpt = Annotated[str, typer.Option("--workload", "-w", help=WORKLOAD_HELP
 RecPrecisionOptT = Annotated[PrecisionName | None, typer.Option(help=precision_help(
     RULE_PRECISIONS, "Working precision (the rules are written for these; hpc defaults to fp64): "))]
 BudgetOpt = Annotated[float | None, typer.Option(
-    "--budget", help="Total US dollars for all GPUs (launch prices). GPUs without a known price are excluded when "
-                     "a budget is given.")]
+    "--budget", help="Total US dollars for all GPUs, at the catalog's dated street price where it has one, "
+                     "else the launch price. GPUs without a known price are excluded when a budget is given.")]
 MaxPowerOpt = Annotated[float | None, typer.Option(
     "--max-power", help="Total board power in watts for all GPUs (TDP x count).")]
 RequireOpt = Annotated[list[str] | None, typer.Option(
@@ -73,7 +73,7 @@ VendorOpt = Annotated[str, typer.Option(
                      "Gaudi software instead of CUDA, so they are considered only when asked for.")]
 RankTopOpt = Annotated[int, typer.Option("--top", min=1, help="Show the best K GPUs.")]
 SortOptT = Annotated[Sort, typer.Option(
-    help="score (rules), speed (performance model) or value (speed per dollar of launch price).")]
+    help="score (rules), speed (performance model) or value (speed per dollar of street, else launch, price).")]
 RulesOpt = Annotated[list[Path] | None, typer.Option(
     "--rules", readable=False, help="Extra rules YAML, repeatable: overrides or extends the bundled rules by workload and rule id "
                     "(see docs/rules.md).")]

@@ -30,6 +30,7 @@ COMPARE_FIELDS: tuple[tuple[str, str], ...] = (
     ("tdp_w", "TDP (W)"),
     ("nvlink_gb_s", "NVLink (GB/s)"),
     ("launch_price_usd", "Launch price (USD)"),
+    ("street_price_usd", "Street price (USD)"),
 )
 
 #: Non-numeric facts shown in compare.

@@ -69,6 +69,21 @@ class Source(BaseModel):
     fields: tuple[str, ...] = ()
 
 
+class Price(BaseModel):
+    """What one GPU costs to buy, and what kind of figure that is: a dated ``street`` price
+    (``when`` is YYYY-MM) or the ``launch`` price (MSRP; ``when`` is its year)."""
+
+    model_config = _CONFIG
+
+    usd: float
+    basis: Literal["street", "launch"]
+    when: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.basis} price {self.when}"
+
+
 class Gpu(BaseModel):
     """One GPU product as sold. Every number carries its unit in its name.
 
@@ -128,6 +143,11 @@ class Gpu(BaseModel):
     # price and provenance
     launch_price_usd: float | None = Field(default=None, gt=0, le=10_000_000)
     launch_price_year: int | None = Field(default=None, ge=2010, le=2035)
+    #: what one GPU sold for on the open market, in the month ``street_price_date`` (YYYY-MM):
+    #: a dated reseller listing or press report, cited in ``sources``. Data-center cards are
+    #: sold by quote and have no launch price; this is the price people can check.
+    street_price_usd: float | None = Field(default=None, gt=0, le=10_000_000)
+    street_price_date: str | None = Field(default=None, pattern=r"^20[1-3][0-9]-(0[1-9]|1[0-2])$")
     sources: tuple[Source, ...] = Field(min_length=1)
     #: the values a derivation rule (data/derivations.yaml) gives: field -> rule id, a mapping
     #: in YAML and JSON (kept as pairs, so an entry stays hashable). A field listed here with a
@@ -179,6 +199,10 @@ class Gpu(BaseModel):
             raise bad("nvlink_gb_s", "nvlink_generation and nvlink_gb_s must both be set or both be null")
         if (self.launch_price_year is not None) and self.launch_price_usd is None:
             raise bad("launch_price_year", "given without launch_price_usd")
+        if (self.street_price_usd is None) != (self.street_price_date is None):
+            raise bad("street_price_date", "street_price_usd and street_price_date must both be set or both be null")
+        if self.street_price_date is not None and int(self.street_price_date[:4]) < self.launch_year - 1:
+            raise bad("street_price_date", f"{self.street_price_date} is before launch_year {self.launch_year}")
         if self.launch_price_year is not None and self.launch_price_year < self.launch_year - 1:
             raise bad("launch_price_year", f"{self.launch_price_year} is before launch_year {self.launch_year}")
         if (self.vendor == "nvidia") != (self.architecture in ARCH_ORDER):
@@ -221,6 +245,17 @@ class Gpu(BaseModel):
     def derived_by(self) -> dict[str, str]:
         """The derived fields, each with the id of the rule that gives it."""
         return dict(self.derived)
+
+    @property
+    def price(self) -> Price | None:
+        """What one GPU costs to buy: the dated street price where the catalog has one (what
+        people pay now), else the launch price (MSRP at launch); None where neither is known."""
+        if self.street_price_usd is not None and self.street_price_date is not None:
+            return Price(usd=self.street_price_usd, basis="street", when=self.street_price_date)
+        if self.launch_price_usd is not None:
+            when = str(self.launch_price_year or self.launch_year)
+            return Price(usd=self.launch_price_usd, basis="launch", when=when)
+        return None
 
     @property
     def ecc_capable(self) -> bool:

@@ -58,7 +58,13 @@ DERIVED_FIELDS: dict[str, str] = {
     "fp16_speedup": "fastest 16-bit rate / FP32 rate: max(fp16_tflops, tensor_fp16_tflops) / fp32_tflops "
     "(1/64 on Pascal GeForce, 2 on P100 and GeForce Tensor Cores, 8 on V100)",
     "ecc_capable": "true where ECC can be on: ecc always, or optional (a driver setting); false for ecc none",
+    "has_tensor_cores": "matrix units of any vendor (NVIDIA Tensor Cores from Volta, AMD Matrix Cores, Intel MMEs): "
+    "true where a count, a rate or the NVIDIA architecture says so; unknown where nothing does",
+    "has_tensor_precision": "the matrix units run the working precision: true where the rate is known or NVIDIA's "
+    "architecture has it (BF16 from Ampere, FP8 from Ada), false where it is absent, unknown otherwise",
 }
+#: Derived fields that are true/false rather than numbers.
+DERIVED_BOOLS: frozenset[str] = frozenset({"ecc_capable", "has_tensor_cores", "has_tensor_precision"})
 #: Values a message may name besides fields: ``{gpu}``, ``{precision}``, ...
 MESSAGE_CONTEXT: tuple[str, ...] = ("gpu", "gpu_id", "value", "precision", "gpus", "nodes", "total_gpus", "workload")
 #: Ordered text fields: ``>=`` and friends compare by this order.
@@ -92,7 +98,7 @@ def field_kinds() -> dict[str, FieldKind]:
         if kind is not None:
             kinds[name] = "ordered" if name in ORDERED_VALUES else kind
     for name in DERIVED_FIELDS:
-        kinds[name] = "number"
+        kinds[name] = "bool" if name in DERIVED_BOOLS else "number"
     return kinds
 
 

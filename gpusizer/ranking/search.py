@@ -221,9 +221,11 @@ class GpuResult(BaseModel):
     fit: GpuFit | None = None
     speed: Speed | None = None
     price_each_usd: float | None = None
+    #: what price_each_usd is: "street price 2025-03" (dated market price) or "launch price 2023"
+    price_basis: str | None = None
     price_total_usd: float | None = None
     power_total_w: float | None = None
-    #: cluster throughput per $1000 of GPU launch price; None: price or speed unknown
+    #: cluster throughput per $1000 of GPU price (street, else launch); None: price or speed unknown
     value_per_kusd: float | None = None
     value_note: str | None = None
     key_specs: dict[str, float | bool | str | None] = Field(default_factory=dict)
@@ -305,6 +307,29 @@ def tensor_tflops(gpu: Gpu, precision: str) -> float | None:
     return value
 
 
+def tensor_cores_present(gpu: Gpu) -> bool | None:
+    """Matrix units of any vendor, or None where the catalog cannot tell: an entry of
+    another vendor with neither a count nor a rate (NVIDIA's come from the architecture)."""
+    if gpu.vendor != "nvidia" and gpu.tensor_cores is None and all(getattr(gpu, f) is None for f in TENSOR_FIELDS):
+        return None
+    return gpu.has_tensor_cores
+
+
+def tensor_precision_present(gpu: Gpu, precision: str) -> bool | None:
+    """Whether the matrix units run ``precision``: a known rate says yes; an NVIDIA
+    architecture from the one that introduced it says yes even when no source gives the
+    rate (an A10G has BF16 Tensor Cores); ``absent`` says no; anything else is unknown."""
+    name = precision_spec(precision).tensor_field
+    if name is None:
+        return False
+    if tensor_tflops(gpu, precision) is not None:
+        return True
+    provenance = gpu.provenance(name)
+    if provenance == "absent":
+        return False
+    return True if gpu.vendor == "nvidia" else None
+
+
 def precision_tflops(gpu: Gpu, precision: str) -> float | None:
     """Peak matmul throughput at ``precision``, as the performance model sees it
     (``performance.peak_detail``: Tensor Cores, else CUDA cores). ``fp32`` is
@@ -360,6 +385,10 @@ def field_value(gpu: Gpu, field: str, precision: str) -> Any:
         return gpu.fp16_tflops / gpu.fp32_tflops if gpu.fp16_tflops is not None else None
     if field == "ecc_capable":
         return gpu.ecc_capable
+    if field == "has_tensor_cores":
+        return tensor_cores_present(gpu)
+    if field == "has_tensor_precision":
+        return tensor_precision_present(gpu, precision)
     raise KeyError(field)  # pragma: no cover - DERIVED_FIELDS and this function move together
 
 
@@ -691,7 +720,8 @@ def _assess(run: _Run, cand: Candidate, best: Mapping[str, float | None], gfit: 
     gpu = cand.gpu
     total = run.req.total_gpus
     ctx = {**run.context, "gpu": gpu.name, "gpu_id": gpu.id}
-    price_each = gpu.launch_price_usd
+    price = gpu.price
+    price_each = price.usd if price is not None else None
     price_total = price_each * total if price_each is not None else None
     power_total = gpu.tdp_w * total if gpu.tdp_w is not None else None
     excluded = _segment_flags(run, gpu)
@@ -708,7 +738,8 @@ def _assess(run: _Run, cand: Candidate, best: Mapping[str, float | None], gfit: 
         score=round(sum(c.points for c in contribs), 1), contributions=contribs,
         advisories=_fired_advisories(run, gpu, ctx), excluded_by=tuple(excluded),
         fits=None if gfit is None else gfit.fits, fit=gfit,
-        price_each_usd=price_each, price_total_usd=price_total, power_total_w=power_total, key_specs={},
+        price_each_usd=price_each, price_basis=price.label if price is not None else None,
+        price_total_usd=price_total, power_total_w=power_total, key_specs={},
     )
 
 
@@ -741,10 +772,12 @@ def _limit_flags(run: _Run, gpu: Gpu, price_total: float | None, power_total: in
     if req.budget_usd is not None:
         if price_total is None:
             flags.append(Flag(rule="budget", kind="budget", message=(
-                "launch price unknown, so the budget cannot be checked (add launch_price_usd in a user catalog file)")))
+                "price unknown, so the budget cannot be checked (add street_price_usd and street_price_date, or "
+                "launch_price_usd, in a user catalog file)")))
         elif price_total > req.budget_usd:
             flags.append(Flag(rule="budget", kind="budget", message=(
-                f"{total} x ${gpu.launch_price_usd:,.0f} = ${price_total:,.0f} is over the budget of ${req.budget_usd:,.0f}")))
+                f"{total} x ${price_total / total:,.0f} ({gpu.price.label if gpu.price else 'price'}) = "
+                f"${price_total:,.0f} is over the budget of ${req.budget_usd:,.0f}")))
     if req.max_power_w is not None:
         if power_total is None:
             flags.append(Flag(rule="max-power", kind="power",
@@ -796,7 +829,7 @@ def _with_speed(
         speed = _speed(by_label[res.label], run.wl.speed, run.req, run.precision, run.tf32, shape, run.mem_cfg)
         value, value_note = None, None
         if res.price_total_usd is None:
-            value_note = "launch price unknown"
+            value_note = "price unknown"
         elif speed is None or speed.throughput_per_s is None:
             value_note = "speed unknown"
         else:
@@ -855,7 +888,7 @@ def _constraints_applied(run: _Run, memory_needed: int | None) -> tuple[str, ...
     if req.vendor != "nvidia":  # the default, NVIDIA only, is not listed
         applied.append(f"vendor {req.vendor}")
     if req.budget_usd is not None:
-        applied.append(f"budget ${req.budget_usd:,.0f} for {gpus} (launch prices)")
+        applied.append(f"budget ${req.budget_usd:,.0f} for {gpus} (street prices, else launch prices)")
     if req.max_power_w is not None:
         applied.append(f"power limit {req.max_power_w:,.0f} W for {gpus}")
     if req.shape is not None and memory_needed is not None:
@@ -866,7 +899,9 @@ def _constraints_applied(run: _Run, memory_needed: int | None) -> tuple[str, ...
 
 def _price_basis(qualified: Sequence[GpuResult], sort: str) -> str:
     unpriced = sum(1 for r in qualified if r.price_total_usd is None)
-    return "catalog launch prices (MSRP at launch, not today's street or cloud prices); " + (
+    street = sum(1 for r in qualified if (r.price_basis or "").startswith("street"))
+    return (f"catalog street prices where known ({street} GPUs, dated market prices), else launch prices (MSRP at "
+            "launch); purchase prices, not cloud hourly ones; ") + (
         f"{unpriced} of {len(qualified)} qualifying GPUs have no price (most data-center cards are sold by quote): "
         "their value is unknown, never free" + ("; sorting by value lists them last" if sort == "value" else "")
         if unpriced else f"all {len(qualified)} qualifying GPUs have one"

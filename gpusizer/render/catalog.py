@@ -32,6 +32,7 @@ LIST_COLUMNS: tuple[tuple[str, str], ...] = (
     ("nvlink_gb_s", "NVLink GB/s"),
     ("gpudirect_rdma", "RDMA"),
     ("launch_price_usd", "launch $"),
+    ("street_price_usd", "street $"),
 )
 
 
