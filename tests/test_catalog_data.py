@@ -416,8 +416,31 @@ OTHER_VENDORS = [g for g in CATALOG.gpus if g.vendor != "nvidia"]
 
 
 def test_the_amd_and_intel_parts_are_present():
-    assert {g.id for g in OTHER_VENDORS} >= {"mi100", "mi210", "mi250", "mi250x", "mi300x", "mi325x", "mi355x", "gaudi3"}
+    assert {g.id for g in OTHER_VENDORS} >= {"mi100", "mi210", "mi250", "mi250x", "mi300x", "mi325x", "mi355x",
+                                             "radeon-pro-w7900", "gaudi2", "gaudi3"}
     assert resolve_name(CATALOG.gpus, "AMD Instinct MI300X").gpu.id == "mi300x"
+    assert resolve_name(CATALOG.gpus, "AMD Radeon PRO W7900").gpu.id == "radeon-pro-w7900"
+    assert resolve_name(CATALOG.gpus, "Intel Gaudi 2").gpu.id == "gaudi2"
+
+
+def test_rdna3_matrix_rates_follow_amds_per_cu_rate():
+    """GPUOpen: RDNA3 WMMA does 512 FP16, BF16 and INT8 operations per CU per clock, as packed
+    FP16 does: the W7900's 96 CUs at 2,495 MHz give 122.6 TFLOPS, derived, not sourced."""
+    w7900 = GPUS["radeon-pro-w7900"]
+    assert w7900.tensor_fp16_tflops == pytest.approx(96 * 512 * 2495e6 / 1e12, rel=0.002)
+    assert w7900.tensor_bf16_tflops == w7900.tensor_int8_tops == w7900.tensor_fp16_tflops
+    assert w7900.derived_by["tensor_fp16_tflops"] == "rdna3-wmma-fp16"
+    assert RAW["radeon-pro-w7900"].tensor_fp16_tflops is None
+
+
+def test_an_unpublished_fp32_rate_stays_null_and_only_non_nvidia_parts_may_lack_one():
+    """Intel publishes no FP32 rate for Gaudi 2: the entry keeps null, never 0, and NVIDIA
+    entries still need theirs."""
+    gaudi2 = GPUS["gaudi2"]
+    assert gaudi2.fp32_tflops is None and gaudi2.tensor_bf16_tflops == 432 and gaudi2.tensor_fp8_tflops == 865
+    base = GPUS["rtx-a6000"].model_dump(mode="json")
+    with pytest.raises(ValueError, match="fp32_tflops"):
+        Gpu.model_validate({**base, "fp32_tflops": None})
 
 
 @pytest.mark.parametrize("gpu", OTHER_VENDORS, ids=lambda g: g.id)

@@ -932,6 +932,21 @@ def test_recommend_considers_other_vendors_only_when_asked(cli_json):
                                                               "mi325x", "mi355x", "radeon-pro-w7900"}
 
 
+def test_a_part_without_a_published_fp32_rate_is_ranked_on_what_is_known(cli_json, cli):
+    """Gaudi 2: no FP16 matrix rate and no FP32 rate are published. cnn (mixed) leaves both out
+    of its score and gives no speed, saying why; bf16 and fp8, whose rates are known, get one."""
+    doc = cli_json("recommend", "--workload", "cnn", "--vendor", "intel")
+    gaudi2 = next(g for g in doc["results"]["ranked"] if g["gpu_id"] == "gaudi2")
+    assert gaudi2["speed"]["throughput_per_s"] is None
+    assert "no FP32 rate" in gaudi2["speed"]["note"] and "tensor_fp16_tflops" in gaudi2["speed"]["note"]
+    unknown = {c["field"] for c in gaudi2["contributions"] if not c["counted"]}
+    assert {"tensor_tflops", "fp32_tflops", "fp16_speedup"} <= unknown
+    failed = cli("estimate", "--model", "resnet50", "--gpu", "gaudi2", "--json")
+    assert failed.exit_code == 2 and "no FP32 rate" in json.loads(failed.stdout)["error"]["message"]
+    bf16 = cli_json("estimate", "--model", "resnet50", "--gpu", "gaudi2", "--precision", "bf16")
+    assert bf16["results"]["estimate"]["peak_tflops"] == 432
+
+
 def test_recommend_rejects_an_unknown_vendor(cli):
     bad = cli("recommend", "--workload", "cnn", "--vendor", "acme")
     assert bad.exit_code == 2 and "--vendor" in bad.stderr

@@ -115,7 +115,8 @@ class Gpu(BaseModel):
 
     # non-tensor throughput
     fp64_tflops: TFlops | None = None
-    fp32_tflops: TFlops
+    #: null only on a part whose maker publishes no FP32 rate (Intel Gaudi 2); NVIDIA entries need it
+    fp32_tflops: TFlops | None
     fp16_tflops: TFlops | None = None
 
     # dense Tensor Core throughput
@@ -187,7 +188,7 @@ class Gpu(BaseModel):
         def bad(field: str, why: str) -> ValueError:
             return ValueError(f"{field}: {why}")
 
-        if self.fp64_tflops is not None and self.fp64_tflops > self.fp32_tflops * 1.001:
+        if self.fp64_tflops is not None and self.fp32_tflops is not None and self.fp64_tflops > self.fp32_tflops * 1.001:
             raise bad("fp64_tflops", f"{self.fp64_tflops} exceeds fp32_tflops {self.fp32_tflops}")
         if self.fp16_tflops is not None and self.tensor_fp16_tflops is not None:
             if self.tensor_fp16_tflops < self.fp16_tflops * 0.999:
@@ -209,6 +210,8 @@ class Gpu(BaseModel):
             raise bad("architecture", f"{self.architecture} is not an architecture of vendor {self.vendor}")
         if self.vendor == "nvidia" and self.compute_capability is None:
             raise bad("compute_capability", "required on NVIDIA entries")
+        if self.vendor == "nvidia" and self.fp32_tflops is None:
+            raise bad("fp32_tflops", "required on NVIDIA entries")
         if self.vendor == "nvidia" and ARCH_ORDER.index(self.architecture) < ARCH_ORDER.index("volta"):
             for field in TENSOR_FIELDS:
                 if getattr(self, field) is not None:

@@ -162,7 +162,7 @@ def sm_count(gpu: Gpu) -> int | None:
         return None
     if gpu.cuda_cores is not None:
         return max(1, round(gpu.cuda_cores / lanes))
-    if gpu.boost_clock_mhz:
+    if gpu.boost_clock_mhz and gpu.fp32_tflops is not None:
         return max(1, round(gpu.fp32_tflops * 1e12 / (2 * lanes * gpu.boost_clock_mhz * 1e6)))
     return None
 
@@ -191,7 +191,7 @@ def _step(
 ) -> StepTime:
     """The compute, memory and fixed-overhead time of one step on one GPU."""
     peak, label, notes, unknown_rate = peak_detail(gpu, precision, tf32=tf32)
-    if work.gemv and gpu.fp32_tflops < peak:
+    if work.gemv and gpu.fp32_tflops is not None and gpu.fp32_tflops < peak:
         # matrix-vector kernels (llama.cpp mul_mat_vec_q / dequantize_mul_mat_vec, the GEMV
         # paths of serving engines) dequantize and multiply on CUDA cores, not Tensor Cores
         peak, label = gpu.fp32_tflops, "fp32 CUDA cores (matrix-vector decode)"

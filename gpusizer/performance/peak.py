@@ -64,12 +64,22 @@ def _tf32(gpu: Gpu, spec: Precision, tf32: bool) -> PeakDetail | None:
     return PeakDetail(rate, "tf32 Tensor Core", (note,))
 
 
+def _fp32(gpu: Gpu, why: str) -> float:
+    """The FP32 rate, which every estimate that falls back to it needs: a part whose maker
+    publishes none (Intel Gaudi 2) has no estimate at such a precision."""
+    if gpu.fp32_tflops is None:
+        raise UsageError(f"{gpu.id}: {why}, and the catalog has no FP32 rate for it (none is published)",
+                         hint="pick a precision whose matrix rate the catalog knows (gpusizer catalog show)")
+    return gpu.fp32_tflops
+
+
 def _unknown(gpu: Gpu, name: str, field: str) -> PeakDetail:
     """A Tensor Core rate the GPU has but the catalog cannot give: the FP32 rate as a lower bound."""
+    fp32 = _fp32(gpu, f"its {name} matrix rate ({field}) is unknown")
     note = (f"{gpu.id} has Tensor Cores, but its {name.upper()} Tensor Core rate is unknown (no source gives "
             f"{field} and no derivation rule applies): this estimate uses the FP32 CUDA-core rate, "
-            f"{gpu.fp32_tflops:g} TFLOPS, as a lower bound, and its error band is widened")
-    return PeakDetail(gpu.fp32_tflops, f"unknown {name} Tensor Core rate (lower bound: fp32 CUDA cores)", (note,),
+            f"{fp32:g} TFLOPS, as a lower bound, and its error band is widened")
+    return PeakDetail(fp32, f"unknown {name} Tensor Core rate (lower bound: fp32 CUDA cores)", (note,),
                       unknown_rate=True)
 
 
@@ -95,14 +105,15 @@ def _without_tensor(gpu: Gpu, spec: Precision, tf32: bool) -> PeakDetail:
         return PeakDetail(gpu.fp64_tflops, "fp64", ())
     if spec.without_tensor == "fp32-units":
         notes = () if spec.tensor_field is None else (f"{lacks}; computing at the FP32 CUDA-core rate",)
-        return PeakDetail(gpu.fp32_tflops, "fp32 (CUDA cores)", notes)
+        return PeakDetail(_fp32(gpu, f"{spec.name} runs on its FP32 units"), "fp32 (CUDA cores)", notes)
     if spec.without_tensor == "cuda-16bit":
         note = f"{lacks}; 16-bit math runs on CUDA cores"
         # cuDNN/cuBLAS run 16-bit storage with FP32 math where FP16 units are slow
         fp16 = gpu.fp16_tflops
-        if fp16 is not None and fp16 > gpu.fp32_tflops:
+        if fp16 is not None and (gpu.fp32_tflops is None or fp16 > gpu.fp32_tflops):
             return PeakDetail(fp16, "fp16 (CUDA cores)", (note,))
-        return PeakDetail(gpu.fp32_tflops, "fp32 (CUDA cores; 16-bit storage)", (note,))
+        return PeakDetail(_fp32(gpu, f"{spec.name} runs on its vector units"), "fp32 (CUDA cores; 16-bit storage)",
+                          (note,))
     sixteen = peak_detail(gpu, "fp16", tf32=tf32)
     return PeakDetail(sixteen.tflops, sixteen.label, (f"{lacks}; computing at the 16-bit rate", *sixteen.notes),
                       sixteen.unknown_rate)
@@ -125,7 +136,7 @@ def peak_detail(gpu: Gpu, precision: str, *, tf32: bool = True) -> PeakDetail:
         if gpu.provenance(spec.tensor_field) == "unknown":
             return _unknown(gpu, spec.name, spec.tensor_field)
     if spec.dp4a and gpu.compute_capability in DP4A_COMPUTE_CAPABILITIES:
-        return PeakDetail(gpu.fp32_tflops * DP4A_SPEEDUP, "int8 DP4A (4x fp32)", ())
+        return PeakDetail(_fp32(gpu, "int8 runs as DP4A") * DP4A_SPEEDUP, "int8 DP4A (4x fp32)", ())
     return _without_tensor(gpu, spec, tf32)
 
 

@@ -351,6 +351,8 @@ def value_unknown(gpu: Gpu, field: str, precision: str) -> bool:
     ratios built on one. Such a value is left out of a score, never scored as 0."""
     if field in TENSOR_FIELDS:
         return gpu.provenance(field) == "unknown"
+    if gpu.fp32_tflops is None and field in ("fp32_tflops", "fp64_ratio", "fp16_ratio", "fp16_speedup"):
+        return True  # every chip has an FP32 rate: a null one is unpublished, never zero
     if field == "tensor_tflops":
         name = precision_spec(precision).tensor_field
         return name is not None and tensor_tflops(gpu, precision) is None and gpu.provenance(name) == "unknown"
@@ -376,13 +378,14 @@ def field_value(gpu: Gpu, field: str, precision: str) -> Any:
     if field == "precision_tflops_per_w":
         p = precision_tflops(gpu, precision)
         return p / gpu.tdp_w if p is not None and gpu.tdp_w else None
+    fp32 = gpu.fp32_tflops
     if field == "fp64_ratio":
-        return gpu.fp64_tflops / gpu.fp32_tflops if gpu.fp64_tflops is not None else None
+        return gpu.fp64_tflops / fp32 if gpu.fp64_tflops is not None and fp32 is not None else None
     if field == "fp16_speedup":
         rates = [r for r in (gpu.fp16_tflops, gpu.tensor_fp16_tflops) if r is not None]
-        return max(rates) / gpu.fp32_tflops if rates else None
+        return max(rates) / fp32 if rates and fp32 is not None else None
     if field == "fp16_ratio":
-        return gpu.fp16_tflops / gpu.fp32_tflops if gpu.fp16_tflops is not None else None
+        return gpu.fp16_tflops / fp32 if gpu.fp16_tflops is not None and fp32 is not None else None
     if field == "ecc_capable":
         return gpu.ecc_capable
     if field == "has_tensor_cores":
