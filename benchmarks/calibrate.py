@@ -374,6 +374,18 @@ BOUNDS = {
     "data_parallel_overhead": (0.0, 0.5),
     "roofline_exponent": (1.0, 8.0),
 }
+#: physical bounds where the model's traffic is counted operation by operation (zoo CNNs,
+#: data/cnn_ops.json): dense convolutions reach 30-95% of the matmul peak, and streaming
+#: kernels 50-95% of the memory bandwidth. A fit that presses on a bound signals a missing term.
+CLASS_BOUNDS: dict[str, dict[str, tuple[float, float]]] = {
+    cls: {"compute_efficiency": (0.3, 0.95), "memory_efficiency": (0.5, 0.95)} for cls in ("cnn-infer",)
+}
+
+
+def bounds(workload: str, name: str) -> tuple[float, float]:
+    return CLASS_BOUNDS.get(workload, {}).get(name, BOUNDS[name])
+
+
 #: starting grid for the efficiencies (log-spaced from 0.05 to 1)
 GRID = tuple(round(0.05 * (20 ** (k / 11)), 4) for k in range(12))
 #: classes whose per-layer overhead is fitted (single-stream decode is launch-bound)
@@ -566,15 +578,17 @@ def _sweep(cal: Calibration, calib: list[Case], multi: list[tuple[Case, list[Cas
         if grid and len(params) >= 2:
             # a coarse grid over the two efficiencies first: the loss has several valleys
             best = (math.inf, entry.compute_efficiency, entry.memory_efficiency)
-            for a in GRID:
-                for b in GRID:
+            (c_lo, c_hi), (m_lo, m_hi) = bounds(entry.workload, "compute_efficiency"), bounds(entry.workload,
+                                                                                             "memory_efficiency")
+            for a in (min(max(g, c_lo), c_hi) for g in GRID):
+                for b in (min(max(g, m_lo), m_hi) for g in GRID):
                     loss = _loss(rows, _replace_entry(target, idx, compute_efficiency=a, memory_efficiency=b))
                     if loss < best[0]:
                         best = (loss, a, b)
             target = _replace_entry(target, idx, compute_efficiency=best[1], memory_efficiency=best[2])
             cal = _replace_entry(cal, i, compute_efficiency=best[1], memory_efficiency=best[2])
         for name in params:
-            lo, hi = BOUNDS[name]
+            lo, hi = bounds(entry.workload, name)
             # a CUDA graph removes the host's launches and keeps the GPU-side time, so
             # the graph overhead lies between 0 and the eager one
             if name == "graph_layer_overhead_us":

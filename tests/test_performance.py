@@ -336,9 +336,11 @@ def test_training_flops_are_three_times_the_forward_pass(cat, zoo):
     shp = shape(zoo, "resnet50")
     fwd = model_work(shp, RunConfig(mode="inference", precision="fp16", batch=32, image_size=224), "fp16")
     train = model_work(shp, RunConfig(mode="train", precision="mixed", batch=32, image_size=224), "mixed")
-    assert train.matmul_flops == pytest.approx(3 * fwd.matmul_flops)
-    # zoo: 8.178 GFLOPs per 224 px image (torchvision 4.089 GMACs x 2)
-    assert fwd.matmul_flops == pytest.approx(32 * 8.178e9)
+    # inference is timed per operation: its FLOPs are the traced convolutions' (8.17836 GFLOPs an
+    # image), which the zoo's figure rounds to 8.178 (torchvision 4.089 GMACs x 2)
+    assert fwd.ops and not train.ops
+    assert train.matmul_flops == pytest.approx(3 * fwd.matmul_flops, rel=1e-4)
+    assert fwd.matmul_flops == pytest.approx(32 * 8.178e9, rel=1e-4)
 
 
 def test_cnn_flops_scale_with_image_area(zoo):

@@ -130,6 +130,10 @@ class Precision(BaseModel):
     attention_at_16bit: bool = False
     #: ``recommend --precision`` accepts it (its rules are written for it)
     rule_precision: bool = True
+    #: the eager PyTorch operation table (data/cnn_ops.json) a step at this precision runs: fp32
+    #: math, or 16-bit activations under autocast (pure fp16/bf16 move the same activation bytes);
+    #: None for int8/fp8/int4, which run in fused engines that move fewer bytes
+    eager_ops: Literal["fp32", "mixed"] | None = None
 
 
 #: The table. Sources of the bytes:
@@ -153,29 +157,29 @@ _SPECS = (
               storage=Storage(weight_bytes=4, grad_bytes=4, optimizer_state_bytes=4, activation_bytes=4,
                               torch_dtype="float32"),
               compute_element_bytes=4, kv_element_bytes=4, traffic_activation_bytes=4,
-              tensor_field=None, tf32_field="tensor_tf32_tflops"),
+              tensor_field=None, tf32_field="tensor_tf32_tflops", eager_ops="fp32"),
     Precision(name="tf32", description="TF32 Tensor Core matmuls, fp32 storage", storage_train="fp32",
               storage_inference="fp32", compute_element_bytes=4, kv_element_bytes=4, traffic_activation_bytes=4,
-              tensor_field="tensor_tf32_tflops", tensor_label="tf32 Tensor Core"),
+              tensor_field="tensor_tf32_tflops", tensor_label="tf32 Tensor Core", eager_ops="fp32"),
     Precision(name="mixed", description="AMP: FP16 Tensor Cores, fp32 master weights", storage_train="mixed",
               storage_inference="mixed",
               storage=Storage(weight_bytes=4, grad_bytes=4, optimizer_state_bytes=4, activation_bytes=2,
                               autocast=True, torch_dtype="float32"),
               compute_element_bytes=2, kv_element_bytes=2, traffic_activation_bytes=2,
-              tensor_field="tensor_fp16_tflops", tensor_label="fp16 Tensor Core (fp32 accumulate)", without_tensor="cuda-16bit"),
+              tensor_field="tensor_fp16_tflops", tensor_label="fp16 Tensor Core (fp32 accumulate)", without_tensor="cuda-16bit", eager_ops="mixed"),
     Precision(name="fp16", description="pure FP16: weights, gradients and optimizer state in 16 bits",
               storage_train="fp16", storage_inference="fp16",
               storage=Storage(weight_bytes=2, grad_bytes=2, optimizer_state_bytes=2, activation_bytes=2,
                               torch_dtype="float16"),
               compute_element_bytes=2, kv_element_bytes=2, traffic_activation_bytes=2,
-              tensor_field="tensor_fp16_tflops", tensor_label="fp16 Tensor Core (fp32 accumulate)", without_tensor="cuda-16bit"),
+              tensor_field="tensor_fp16_tflops", tensor_label="fp16 Tensor Core (fp32 accumulate)", without_tensor="cuda-16bit", eager_ops="mixed"),
     Precision(name="bf16", description="pure BF16: weights, gradients and optimizer state in 16 bits",
               storage_train="bf16", storage_inference="bf16",
               storage=Storage(weight_bytes=2, grad_bytes=2, optimizer_state_bytes=2, activation_bytes=2,
                               torch_dtype="bfloat16"),
               compute_element_bytes=2, kv_element_bytes=2, traffic_activation_bytes=2,
               tensor_field="tensor_bf16_tflops", tensor_label="bf16 Tensor Core", same_rate_as="fp16",
-              same_rate_from="ampere"),
+              same_rate_from="ampere", eager_ops="mixed"),
     Precision(name="fp8", description="FP8 Tensor Cores; trains like mixed, serves with 1-byte weights",
               storage_train="mixed", storage_inference="int8", compute_element_bytes=1, kv_element_bytes=1,
               traffic_activation_bytes=1, allreduce_grad_bytes=2, tensor_field="tensor_fp8_tflops", tensor_label="fp8 Tensor Core", without_tensor="fp16-rate",

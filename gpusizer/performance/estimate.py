@@ -209,6 +209,8 @@ def _step(
         notes = (*notes, selection.note)
     flops_rate = peak * 1e12 * eff.compute_efficiency
     byte_rate = gpu.bandwidth_gb_s * 1e9 * eff.memory_efficiency
+    if work.ops:
+        return _step_by_operation(work, cal, flops_rate, byte_rate, peak, label, notes, eff, selection, unknown_rate)
     compute_s = work.matmul_flops / flops_rate
     if work.attention_flops > 0 and not work.gemv:
         attn_peak = peak
@@ -255,6 +257,25 @@ def _step(
     step = roofline(compute_s, matmul_mem_s + act_mem_s, cal.roofline_exponent) + opt_mem_s + overhead_s
     return StepTime(compute_s, matmul_mem_s + act_mem_s + opt_mem_s, overhead_s, step, peak, label, notes, eff,
                     selection, unknown_rate)
+
+
+def _step_by_operation(
+    work: Work, cal: Calibration, flops_rate: float, byte_rate: float, peak: float, label: str,
+    notes: tuple[str, ...], eff: Efficiency, selection: Selection, unknown_rate: bool,
+) -> StepTime:
+    """A step timed kernel by kernel: each operation against its own roofline (its FLOPs at the
+    matmul rate, its bytes at the streaming rate), then summed, as kernels run one after another.
+    compute_s and memory_s are the two parts summed over the operations."""
+    compute_s = memory_s = step = 0.0
+    for op in work.ops:
+        t_c = op.flops / flops_rate if op.matmul else 0.0
+        t_m = op.bytes / byte_rate
+        compute_s += op.count * t_c
+        memory_s += op.count * t_m
+        step += op.count * (roofline(t_c, t_m, cal.roofline_exponent) if t_c > 0 else t_m)
+    opt_mem_s = work.optimizer_bytes / byte_rate / work.grad_accumulation
+    return StepTime(compute_s, memory_s + opt_mem_s, 0.0, step + opt_mem_s, peak, label, notes, eff, selection,
+                    unknown_rate)
 
 
 def _error_band(cal: Calibration, st: StepTime) -> float:

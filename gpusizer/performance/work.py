@@ -29,6 +29,7 @@ from gpusizer.memory.estimate import (
     trainable,
     transformer_seq_len,
 )
+from gpusizer.performance.ops import OpTerm, op_terms
 
 #: share of the full score matrix a causal fused-attention kernel computes: tiles
 #: wholly above the diagonal are skipped (FlashAttention-2, Dao 2023, section 3.1.1)
@@ -91,6 +92,9 @@ class Work(BaseModel):
     #: small-batch decode: the weights stream through matrix-vector kernels on
     #: CUDA cores (batch <= GEMV_MAX_BATCH), not Tensor Core GEMMs
     gemv: bool = False
+    #: the step's operations one by one (zoo CNNs, data/cnn_ops.json): each is timed against its
+    #: own roofline; empty where the step is described by its totals only
+    ops: tuple[OpTerm, ...] = ()
     notes: tuple[str, ...] = ()
 
 
@@ -337,8 +341,17 @@ def model_work(
     st = _Step(cfg=cfg, spec=spec, storage=storage, mem=mem, workload=wl, passes=passes,
                matmul_passes=matmul_passes, tp=tp, phase=phase)
     arch = shape.arch
+    ops: tuple[OpTerm, ...] = ()
     if isinstance(arch, CnnShape):
         flow = _cnn_flow(arch, shape, st)
+        if not cfg.training:
+            # inference only: timed per operation, training steps fitted that way pressed the
+            # efficiencies onto their physical bounds (docs/method.md, "CNN operations")
+            ops = op_terms(shape.model_id, precision, cfg.batch, cfg.image_size) or ()
+        if ops:
+            flow = flow.model_copy(update={"flops": sum(o.count * o.flops for o in ops if o.matmul)})
+            notes.append(f"timed operation by operation: {sum(o.count for o in ops)} kernels of an eager "
+                         "PyTorch forward pass (data/cnn_ops.json), each against its own roofline")
     elif isinstance(arch, RnnShape):
         flow = _rnn_flow(arch, shape, st)
     elif isinstance(arch, TransformerShape):
@@ -360,7 +373,8 @@ def model_work(
         workload=wl, unit=flow.unit, samples_per_step=flow.samples, tokens_per_sample=flow.tokens,
         matmul_flops=flow.flops, attention_flops=flow.attention_flops, matmul_bytes=float(flow.weights_read),
         fused_attention=bool(flow.attention_flops) and cfg.flash_attention and wl != "llm-decode",
-        activation_bytes=_activation_traffic(shape, st, mem_cfg, flow), optimizer_bytes=opt,
+        activation_bytes=(sum(o.count * o.bytes for o in ops) if ops else _activation_traffic(shape, st, mem_cfg, flow)),
+        optimizer_bytes=opt, ops=ops,
         layers=int(flow.layers), gradient_bytes=grads, tp_allreduces=flow.tp_allreduces,
         tp_allreduce_bytes=flow.tp_allreduce_bytes, grad_accumulation=grad_accumulation if cfg.training else 1,
         notes=tuple(notes), gemv=wl == "llm-decode" and cfg.batch <= GEMV_MAX_BATCH, offload_bytes=offload,
