@@ -345,12 +345,50 @@ def test_chunked_loss_keeps_fp32_log_softmax_and_chunks_the_gradient():
 
 
 def test_moe_adapter_intermediates_count_routed_experts_only():
+    """With per-expert nn.Linear layers (transformers 4, remote code), an adapter saves one rank-r
+    intermediate per routed expert a token passes (2 of 8 in Mixtral)."""
     m = gpusizer.resolve_model("mixtral-8x7b").transformer
     assert m is not None and m.experts == 8 and m.experts_per_token == 2
     from gpusizer.domain.finetune import adapter_input_elements
 
-    mlp = adapter_input_elements(m, Adapter(rank=8, targets=("up",)))
-    assert mlp == 8 * m.layers * 2
+    linear = m.model_copy(update={"expert_adapters": "linear"})
+    assert adapter_input_elements(linear, Adapter(rank=8, targets=("up",))) == 8 * m.layers * 2
+
+
+def test_peft_adapts_fused_experts_as_parameters():
+    """peft 0.21 on transformers 5 (Mixtral, Qwen3-MoE, DeepSeek-V3): the experts are fused 3-D
+    parameters; gate and up share one adapter of rank 2r, down has rank r, the router its own,
+    and the dense and shared MLPs none. Trainable counts peft reported for LoRA r8 all-linear on
+    three small configs (measured with peft 0.21.0 and transformers 5.24 on the meta device)."""
+    from gpusizer.domain.finetune import adapter_input_elements, adapter_params, expert_weight_copy_elements
+
+    def shape(doc):
+        from gpusizer.domain.shape import shape_from_model
+        from gpusizer.models.hfconfig import model_from_hf_config
+
+        return shape_from_model(model_from_hf_config(doc, "test")).transformer
+
+    mixtral = shape({"model_type": "mixtral", "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
+                     "num_attention_heads": 4, "num_key_value_heads": 2, "num_local_experts": 4,
+                     "num_experts_per_tok": 2, "vocab_size": 128})
+    qwen = shape({"model_type": "qwen3_moe", "hidden_size": 64, "intermediate_size": 128,
+                  "moe_intermediate_size": 48, "num_hidden_layers": 2, "num_attention_heads": 4,
+                  "num_key_value_heads": 2, "head_dim": 16, "num_experts": 4, "num_experts_per_tok": 2,
+                  "vocab_size": 128})
+    deepseek = shape({"model_type": "deepseek_v3", "hidden_size": 64, "intermediate_size": 160,
+                      "moe_intermediate_size": 48, "num_hidden_layers": 3, "first_k_dense_replace": 1,
+                      "num_attention_heads": 4, "num_key_value_heads": 4, "n_routed_experts": 4,
+                      "n_shared_experts": 1, "num_experts_per_tok": 2, "q_lora_rank": 32, "kv_lora_rank": 16,
+                      "qk_rope_head_dim": 8, "qk_nope_head_dim": 16, "v_head_dim": 16, "vocab_size": 128})
+    lora = Adapter(rank=8)
+    assert (adapter_params(mixtral, lora), adapter_params(qwen, lora), adapter_params(deepseek, lora)) == \
+        (51_264, 35_904, 42_752)
+    # the adapted expert stacks one layer builds: 4 experts x (64 x 2*96 + 96 x 64)
+    assert expert_weight_copy_elements(mixtral, lora) == 4 * (64 * 192 + 96 * 64)
+    # no rank-r intermediates for the experts: attention (4 projections) and the router only
+    assert adapter_input_elements(mixtral, lora) == 8 * 2 * 5
+    with pytest.raises(UsageError, match="gate and up"):
+        adapter_params(mixtral, Adapter(rank=8, targets=("up",)))
 
 
 def test_weight_offload_needs_sharding(cli):
@@ -363,3 +401,23 @@ def test_adapter_errors_name_the_option(cli):
     result = cli("fit-model", "--model", "llama-2-7b", "--lora", "8", "--lora-targets", "foo")
     assert result.exit_code == ExitCode.USAGE
     assert result.stderr.startswith("Error: --lora-targets:") and "adapter:" not in result.stderr
+
+
+def test_lora_on_fused_experts_counts_and_says_the_saved_expert_weights():
+    """Mixtral 8x7B, LoRA r16 under peft 0.21: every MoE layer's adapted expert stack, 8 x 3 x
+    4096 x 14336 weights in 16 bits, is saved for backward (32 layers: 84 GiB); checkpointing
+    keeps one layer's."""
+    from gpusizer.domain.finetune import expert_weight_copy_elements
+
+    shape = gpusizer.resolve_model("mixtral-8x7b")
+    m = shape.transformer
+    per_layer = expert_weight_copy_elements(m, Adapter(rank=16))
+    assert per_layer == 8 * 3 * 4096 * 14336
+    full = estimate_memory(shape, RunConfig(mode="train", precision="bf16", batch=1, seq_len=2048,
+                                            adapter=Adapter(rank=16)))
+    ckpt = estimate_memory(shape, RunConfig(mode="train", precision="bf16", batch=1, seq_len=2048,
+                                            adapter=Adapter(rank=16), checkpointing=True))
+    assert any("84.00 GiB among the activations (every MoE layer)" in n for n in full.notes)
+    assert any("one layer" in n for n in ckpt.notes)
+    linear = m.model_copy(update={"expert_adapters": "linear"})
+    assert expert_weight_copy_elements(linear, Adapter(rank=16)) == 0

@@ -91,41 +91,77 @@ class Adapter(BaseModel):
         return nf4_bytes_per_weight(double_quant=self.double_quant)
 
 
-def _linears(m: TransformerShape) -> list[tuple[str, int, int, int, int]]:
-    """(name, inputs, outputs, count, passes) of every linear layer but the output head:
-    ``count`` layers exist, and a token passes ``passes`` of them (fewer for routed experts)."""
+def _linears(m: TransformerShape, adapter: Adapter | None = None) -> list[tuple[str, int, int, int, int, int]]:
+    """(name, inputs, outputs, count, passes, rank factor) of every linear layer but the output
+    head: ``count`` layers exist, a token passes ``passes`` of them (fewer for routed experts), and
+    each adapter has rank factor x r. A name "gate+up" needs both names targeted."""
     h, f = m.hidden, m.ffn
     n = m.layers + 2 * m.decoder_layers  # attention blocks: decoder self- and cross-attention
     layers = m.layers + m.decoder_layers
-    out = [(name, n_in, n_out, n, n) for name, n_in, n_out in m.attention_projections()]
+    out = [(name, n_in, n_out, n, n, 1) for name, n_in, n_out in m.attention_projections()]
+    moe = m.experts > 1
     # (width, MLPs, MLPs a token passes): the routed experts, the shared experts, dense layers
-    mlps = [(f, (layers - m.dense_layers) * m.experts,
-             m.moe_layers * m.experts_per_token if m.experts > 1 else layers)]
-    if m.shared_ffn:
+    mlps = [] if moe and m.expert_adapters != "linear" else \
+        [(f, (layers - m.dense_layers) * m.experts, m.moe_layers * m.experts_per_token if moe else layers)]
+    if m.shared_ffn and m.expert_adapters == "linear":
         mlps.append((m.shared_ffn, m.moe_layers, m.moe_layers))
-    if m.dense_layers and m.dense_ffn:
+    if m.dense_layers and m.dense_ffn and m.expert_adapters == "linear":
         mlps.append((m.dense_ffn, m.dense_layers, m.dense_layers))
     for width, count, passes in mlps:
         names = (("gate", h, width), ("up", h, width), ("down", width, h)) if m.gated_mlp else \
             (("up", h, width), ("down", width, h))
-        out += [(name, n_in, n_out, count, passes) for name, n_in, n_out in names]
-    if m.experts > 1:
-        out.append(("gate", h, m.experts, m.moe_layers, m.moe_layers))  # the router, a linear layer peft adapts too
-    out.append(("head", h, m.vocab, 1, 1))  # the output head: only when named (all-linear leaves it out)
+        out += [(name, n_in, n_out, count, passes, 1) for name, n_in, n_out in names]
+    if moe and m.expert_adapters == "parameter":
+        # peft 0.21 on transformers 5 (utils/transformers_weight_conversion.py, _convert_peft_config_moe):
+        # the gate, up and down names become the fused 3-D expert parameters, gate and up one adapter
+        # of twice the rank; those names then match no nn.Linear, so dense and shared MLPs get none
+        count, passes = m.moe_layers * m.experts, m.moe_layers * m.experts_per_token
+        if m.gated_mlp:
+            out.append(("gate+up", h, 2 * f, count, passes, 2))
+        else:
+            out.append(("up", h, f, count, passes, 1))
+        out.append(("down", f, h, count, passes, 1))
+    if moe and m.expert_adapters != "none":
+        out.append(("gate", h, m.experts, m.moe_layers, m.moe_layers, 1))  # the router, which peft adapts too
+    out.append(("head", h, m.vocab, 1, 1, 1))  # the output head: only when named (all-linear leaves it out)
+    if adapter is not None and moe and m.expert_adapters == "parameter" and m.gated_mlp \
+            and len(adapter.modules & {"gate", "up"}) == 1:
+        raise UsageError("peft fuses the experts' gate and up projections into one parameter: target both or neither",
+                         hint="add the missing one of gate and up, or use mlp or all-linear", field="lora-targets")
     return out
+
+
+def _targeted(name: str, wanted: frozenset[str]) -> bool:
+    return all(part in wanted for part in name.split("+"))
 
 
 def adapter_params(m: TransformerShape, adapter: Adapter) -> int:
     """Trainable parameters the adapters add: rank x (inputs + outputs) per targeted linear."""
     wanted = adapter.modules
-    return sum(adapter.rank * (n_in + n_out) * count for name, n_in, n_out, count, _ in _linears(m) if name in wanted)
+    return sum(adapter.rank * factor * (n_in + n_out) * count
+               for name, n_in, n_out, count, _, factor in _linears(m, adapter) if _targeted(name, wanted))
 
 
 def adapter_input_elements(m: TransformerShape, adapter: Adapter) -> int:
     """Rank-sized intermediates (x A) the adapters save per token for backward: one per
-    targeted linear a token passes (a token passes only its routed experts)."""
+    targeted linear a token passes (a token passes only its routed experts). Adapters on fused
+    expert parameters keep none: they change the weight (expert_weight_copy_elements)."""
     wanted = adapter.modules
-    return sum(adapter.rank * passes for name, _, _, _, passes in _linears(m) if name in wanted)
+    return sum(adapter.rank * factor * passes for name, _, _, _, passes, factor in _linears(m, adapter)
+               if _targeted(name, wanted) and not (name in ("gate+up", "down", "up") and m.experts > 1
+                                                   and m.expert_adapters == "parameter"))
+
+
+def expert_weight_copy_elements(m: TransformerShape, adapter: Adapter) -> int:
+    """Elements of the adapted expert weights (W + B A) one MoE layer computes: peft adapts a 3-D
+    expert parameter through torch.nn.utils.parametrize, so every forward builds the whole
+    adapted stack, and the grouped matmul saves it for backward (measured in exact mode: a
+    4-layer, 8-expert Mixtral with LoRA saves one such copy per layer)."""
+    if m.experts < 2 or m.expert_adapters != "parameter":
+        return 0
+    wanted = adapter.modules
+    return sum(n_in * n_out * m.experts for name, n_in, n_out, _, _, _ in _linears(m, adapter)
+               if name in ("gate+up", "up", "down") and _targeted(name, wanted))
 
 
 def require_transformer(m: TransformerShape | None, adapter: Adapter) -> TransformerShape:
@@ -144,5 +180,6 @@ __all__ = [
     "Adapter",
     "adapter_input_elements",
     "adapter_params",
+    "expert_weight_copy_elements",
     "require_transformer",
 ]

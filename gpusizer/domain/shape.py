@@ -30,6 +30,9 @@ TransformerKind = Literal["encoder", "encoder-decoder", "decoder"]
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 
 
+#: How adapters reach a mixture of experts' routed experts (TransformerShape.expert_adapters).
+ExpertAdapters = Literal["linear", "parameter", "none"]
+
 class LatentAttention(BaseModel):
     """Multi-head latent attention (MLA; DeepSeek-V2 and V3, Kimi K2).
 
@@ -106,6 +109,11 @@ class TransformerShape(BaseModel):
     fused_qkv: bool = False
     #: Q/K/V in one projection and gate and up in one (GPT-2, GPT-NeoX, Phi-3)
     fused_projections: bool = False
+    #: MoE: how peft's target names reach the routed experts (peft 0.21 with transformers 5):
+    #: "linear", each expert's projections are nn.Linear layers (transformers 4, remote code such as
+    #: Kimi K2's); "parameter", the experts are fused 3-D parameters that peft adapts as parameters
+    #: (Mixtral, Qwen-MoE, DeepSeek); "none", fused experts peft leaves alone (gpt-oss)
+    expert_adapters: ExpertAdapters = "linear"
 
     @property
     def input_casts(self) -> int:
@@ -294,6 +302,7 @@ def arch_of(model: Model) -> Arch:
             shared_ffn=model.shared_ffn or 0, dense_layers=model.dense_layers or 0, dense_ffn=model.dense_ffn,
             router_fp32=bool(model.router_fp32), fused_qkv=bool(model.fused_qkv),
             fused_projections=bool(model.fused_projections),
+            expert_adapters=model.expert_adapters or "linear",
         )
     assert model.activation_bytes_per_sample_fp32 is not None
     if model.kind == "cnn":

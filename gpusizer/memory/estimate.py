@@ -17,6 +17,7 @@ from gpusizer.domain.finetune import (
     Adapter,
     adapter_input_elements,
     adapter_params,
+    expert_weight_copy_elements,
     require_transformer,
 )
 from gpusizer.domain.parallelism import Parallelism, sharded_gpus, sharding, shards_weights
@@ -31,7 +32,7 @@ from gpusizer.domain.shape import (
     shape_from_params,
 )
 from gpusizer.errors import UsageError
-from gpusizer.units import GIB, MIB
+from gpusizer.units import GIB, MIB, format_bytes
 
 #: Optimizer state elements per trainable parameter (Adafactor is counted from
 #: shapes, 8-bit Adam apart; see optimizer_bytes).
@@ -339,6 +340,14 @@ def transformer_activation_bytes(
     if cfg.adapter is not None and not cfg.checkpointing:
         # each adapter saves its rank-r intermediate (x A) for backward, in 16 bits
         stored += 2 * adapter_input_elements(m, cfg.adapter) * b * s // tp
+    if cfg.adapter is not None:
+        # adapters on fused expert parameters build each MoE layer's adapted expert weights
+        # (W + B A, 16 bits) and save them for backward; checkpointing rebuilds one layer's
+        copies = 2 * expert_weight_copy_elements(m, cfg.adapter) // tp
+        if cfg.checkpointing:
+            recompute += copies
+        else:
+            stored += m.moe_layers * copies
     if st.autocast:
         # autocast's 16-bit weight copies are saved for backward; under checkpointing the
         # layers' are recomputed instead, the output head's (outside the checkpointed
@@ -701,6 +710,12 @@ def model_state(shape: ModelShape, cfg: RunConfig) -> _State:
         # each NF4 matrix is dequantised to 16 bits for its matmul, forward and backward
         tp = split.activations
         transient += 2 * largest_matrix(m) // tp
+    copies = expert_weight_copy_elements(m, cfg.adapter) if m is not None and cfg.adapter is not None else 0
+    if copies and cfg.training:
+        saved = 2 * copies * (1 if cfg.checkpointing else m.moe_layers) // split.activations  # type: ignore[union-attr]
+        notes.append(f"adapters on fused experts: peft builds each MoE layer's adapted expert weights (W + B A) and "
+                     f"saves them for backward, {format_bytes(saved)} among the activations "
+                     f"({'one layer, as checkpointing rebuilds them' if cfg.checkpointing else 'every MoE layer'})")
     if par.replicated_gradients and cfg.training:
         # DDP's flat gradient buckets hold a second copy of the gradients
         transient += grads

@@ -283,10 +283,9 @@ def _llama_like(c: _Config, family: _Family) -> dict[str, Any]:
             )
         router = h * experts
         params = layers * (attn + experts * mlp + router + norms) + embeddings
-        out["active_params"] = layers * (attn + top_k * mlp + router + norms) + embeddings
-        out["experts"] = experts
-        out["experts_per_token"] = top_k
-        out["router_fp32"] = True  # MixtralTopKRouter: softmax(logits.float()), weights kept fp32
+        # MixtralTopKRouter: softmax(logits.float()), weights kept fp32; MixtralExperts: fused 3-D parameters
+        out.update(active_params=layers * (attn + top_k * mlp + router + norms) + embeddings, experts=experts,
+                   experts_per_token=top_k, router_fp32=True, expert_adapters="parameter")
     elif model_type == "qwen3_moe":
         params, out = _qwen3_moe(c, h, layers, attn, norms, embeddings)
     else:
@@ -322,8 +321,10 @@ def _llama_like(c: _Config, family: _Family) -> dict[str, Any]:
 def _qwen3_moe(c: _Config, h: int, layers: int, attn: int, norms: int, embeddings: int) -> tuple[int, dict[str, Any]]:
     """Qwen3MoeForCausalLM: every ``decoder_sparse_step``-th layer not in ``mlp_only_layers``
     has ``num_experts`` SwiGLU experts of ``moe_intermediate_size`` and a bias-free router;
-    the others a dense MLP of ``intermediate_size``. No shared experts."""
-    experts = c.get_int("num_experts")
+    the others a dense MLP of ``intermediate_size``. No shared experts. transformers 5 writes the
+    expert count as ``num_local_experts`` (its attribute map), the published configs ``num_experts``."""
+    experts = c.get_int("num_local_experts" if "num_experts" not in c.doc and "num_local_experts" in c.doc
+                        else "num_experts")
     top_k = c.get_int("num_experts_per_tok")
     moe_ffn = c.get_int("moe_intermediate_size")
     step = c.get_int("decoder_sparse_step", 1)
@@ -343,7 +344,8 @@ def _qwen3_moe(c: _Config, h: int, layers: int, attn: int, norms: int, embedding
     if dense:
         raise DataFileError(f"{c.origin}: dense layers among the experts' (mlp_only_layers, decoder_sparse_step) are "
                             "not described by one layer shape", hint="trace it with exact mode")
-    return params, {"active_params": active, "experts": experts, "experts_per_token": top_k, "ffn": moe_ffn}
+    return params, {"active_params": active, "experts": experts, "experts_per_token": top_k, "ffn": moe_ffn,
+                    "expert_adapters": "parameter"}  # Qwen3MoeExperts: fused 3-D parameters
 
 
 def _deepseek_v3(c: _Config, family: _Family) -> dict[str, Any]:
@@ -410,6 +412,9 @@ def _deepseek_v3(c: _Config, family: _Family) -> dict[str, Any]:
         "dense_layers": dense or None,
         "dense_ffn": ffn if dense else None,
         "router_fp32": True,  # the router's weight and its sigmoid scores are fp32
+        # transformers' DeepseekV3 fuses the experts into 3-D parameters; Kimi K2 runs its own
+        # code (trust_remote_code), whose experts are nn.Linear layers
+        "expert_adapters": "parameter" if family.model_type == "deepseek_v3" else "linear",
         "vocab": vocab,
         "max_seq_len": c.get_int("max_position_embeddings", 4096),
         "mlp": _gated_mlp(act),

@@ -16,7 +16,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from gpusizer import datafiles
-from gpusizer.domain.shape import GATED_MLPS, MlpKind
+from gpusizer.domain.shape import GATED_MLPS, ExpertAdapters, MlpKind
 from gpusizer.errors import DataFileError, UsageError
 from gpusizer.hardware.catalog import Source, normalise
 
@@ -87,6 +87,11 @@ class Model(BaseModel):
     #: MoE: the routing weights stay fp32 (transformers' Mixtral and DeepSeek-V3 routers), so
     #: each expert's output scaled by its weight is fp32 too
     router_fp32: bool | None = None
+    #: MoE: how peft's target names reach the routed experts (peft 0.21 with transformers 5):
+    #: "linear", each expert's projections are nn.Linear layers (transformers 4, remote code such as
+    #: Kimi K2's); "parameter", the experts are fused 3-D parameters that peft adapts as parameters
+    #: (Mixtral, Qwen-MoE, DeepSeek); "none", fused experts peft leaves alone (gpt-oss)
+    expert_adapters: ExpertAdapters | None = None
     dense_layers: int | None = Field(default=None, gt=0)
     dense_ffn: int | None = Field(default=None, gt=0)
 
@@ -135,7 +140,7 @@ class Model(BaseModel):
         if self.kv_lora_rank is not None and self.kind != "decoder":
             raise ValueError("kv_lora_rank: latent attention is described for decoders only")
         mixture = self.experts is not None and self.experts > 1
-        for name in ("dense_layers", "shared_ffn", "router_fp32"):
+        for name in ("dense_layers", "shared_ffn", "router_fp32", "expert_adapters"):
             if getattr(self, name) and not mixture:
                 raise ValueError(f"{name}: describes a mixture of experts, which needs experts > 1")
         if (self.dense_layers is None) != (self.dense_ffn is None):
