@@ -33,11 +33,15 @@ if TYPE_CHECKING:
     from gpusizer.api._browse import GpuResult as GpuResult
     from gpusizer.api._browse import ModelsResult as ModelsResult
     from gpusizer.api._browse import ProbeResult as ProbeResult
+    from gpusizer.api._browse import SystemListResult as SystemListResult
+    from gpusizer.api._browse import SystemResult as SystemResult
     from gpusizer.api._browse import compare as compare
     from gpusizer.api._browse import list_gpus as list_gpus
+    from gpusizer.api._browse import list_systems as list_systems
     from gpusizer.api._browse import models as models
     from gpusizer.api._browse import probe as probe
     from gpusizer.api._browse import show_gpu as show_gpu
+    from gpusizer.api._browse import show_system as show_system
     from gpusizer.api._common import SCHEMA_VERSION as SCHEMA_VERSION
     from gpusizer.api._common import Result as Result
     from gpusizer.api._common import load_catalog as load_catalog
@@ -58,8 +62,9 @@ if TYPE_CHECKING:
 #: ``catalog list`` never loads the performance model.
 _HOMES: dict[str, str] = {
     **dict.fromkeys(("SCHEMA_VERSION", "Result", "load_catalog", "resolve_model"), "_common"),
-    **dict.fromkeys(("CompareResult", "GpuListResult", "GpuResult", "ModelsResult", "ProbeResult", "compare",
-                     "list_gpus", "models", "probe", "show_gpu"), "_browse"),
+    **dict.fromkeys(("CompareResult", "GpuListResult", "GpuResult", "ModelsResult", "ProbeResult", "SystemListResult",
+                     "SystemResult", "compare", "list_gpus", "list_systems", "models", "probe", "show_gpu",
+                     "show_system"), "_browse"),
     **dict.fromkeys(("EstimateResult", "EstimateResults", "estimate"), "_estimate"),
     **dict.fromkeys(("FitModelResult", "FitResults", "fit_model"), "_fit"),
     **dict.fromkeys(("RecommendResult", "recommend"), "_recommend"),

@@ -13,6 +13,7 @@ from gpusizer.errors import UsageError
 from gpusizer.hardware.browse import CompareRow, Comparison
 from gpusizer.hardware.catalog import Catalog, Gpu
 from gpusizer.hardware.probe import HostSnapshot, ProbeReport
+from gpusizer.hardware.systems import PROVIDERS, System
 from gpusizer.models.zoo import Model
 
 
@@ -46,6 +47,16 @@ class CompareResult(Result):
     command: Literal["compare"] = "compare"
     results: CompareResults
     comparison: Comparison = Field(exclude=True, repr=False)
+
+class SystemListResult(Result):
+    command: Literal["systems list"] = "systems list"
+    results: tuple[System, ...]
+
+
+class SystemResult(Result):
+    command: Literal["systems show"] = "systems show"
+    results: System
+
 
 class ModelsResult(Result):
     command: Literal["models"] = "models"
@@ -101,8 +112,58 @@ def show_gpu(name: str, *, catalog: Catalog | None = None, cache_dir: Path | Non
     rules = load_derivations(cache_dir)
     formulas = {rule_id: rule.formula for rule_id in res.gpu.derived_by.values()
                 if (rule := rules.by_id(rule_id)) is not None}
-    return GpuResult(input={"gpu": name, "resolved_id": res.gpu.id}, results=res.gpu,
-                     notes=(res.note,) if res.note else (), formulas=formulas)
+    offers = cloud_offer_note(res.gpu, cache_dir)
+    notes = tuple(n for n in (res.note, offers) if n)
+    return GpuResult(input={"gpu": name, "resolved_id": res.gpu.id}, results=res.gpu, notes=notes, formulas=formulas)
+
+def cloud_offer_note(gpu: Gpu, cache_dir: Path | None = None) -> str | None:
+    """Where to rent ``gpu``: how many cloud systems carry it, the cheapest on-demand price per
+    GPU-hour among them, and the command that lists them; None where none does."""
+    from gpusizer.hardware.systems import load_systems
+
+    offers = [s for s in load_systems(cache_dir=cache_dir).with_gpu(gpu.id) if s.kind == "cloud"]
+    if not offers:
+        return None
+    priced = [s for s in offers if s.usd_per_gpu_hour is not None]
+    cheapest = min(priced, key=lambda s: s.usd_per_gpu_hour or 0.0, default=None)
+    price = "" if cheapest is None or cheapest.price is None else (
+        f"; cheapest on demand ${cheapest.usd_per_gpu_hour:,.2f} per GPU-hour ({cheapest.name}, "
+        f"{cheapest.price.date})")
+    return f"cloud offers: {len(offers)} instance types carry this GPU{price}: gpusizer systems list --gpu {gpu.id}"
+
+
+def list_systems(
+    *, gpu: str | None = None, provider: str | None = None, kind: str | None = None, catalog: Catalog | None = None,
+    cache_dir: Path | None = None,
+) -> SystemListResult:
+    """GPU systems (data/systems.yaml): on-prem node types and cloud instances, filtered by GPU
+    (any name the catalog resolves), provider or kind, cheapest on-demand GPU-hour first where priced.
+
+    >>> [s.instance_type for s in list_systems(gpu="H100 SXM", provider="aws").results][:1]
+    ['p5.48xlarge']
+    """
+    from gpusizer.hardware.systems import load_systems
+
+    if provider is not None and provider.lower() not in PROVIDERS:
+        raise UsageError(f"{provider!r} is not one of {', '.join(PROVIDERS)}", field="provider")
+    if kind is not None and kind.lower() not in ("cloud", "on-prem"):
+        raise UsageError(f"{kind!r} is not cloud or on-prem", field="kind")
+    gpu_id = (catalog or load_catalog(cache_dir=cache_dir)).resolve(gpu).gpu.id if gpu is not None else None
+    systems = [s for s in load_systems(cache_dir=cache_dir).systems
+               if (gpu_id is None or s.gpu == gpu_id) and (provider is None or s.provider == provider.lower())
+               and (kind is None or s.kind == kind.lower())]
+    systems.sort(key=lambda s: (s.usd_per_gpu_hour is None, s.usd_per_gpu_hour or 0.0, s.id))
+    return SystemListResult(input={"gpu": gpu, "resolved_gpu": gpu_id, "provider": provider, "kind": kind},
+                            results=tuple(systems))
+
+
+def show_system(name: str, *, cache_dir: Path | None = None) -> SystemResult:
+    """One system by id, name or instance type (``"p5.48xlarge"``), with its sources."""
+    from gpusizer.hardware.systems import load_systems
+
+    system = load_systems(cache_dir=cache_dir).resolve(name)
+    return SystemResult(input={"system": name, "resolved_id": system.id}, results=system)
+
 
 def compare(names: Sequence[str], *, catalog: Catalog | None = None, cache_dir: Path | None = None) -> CompareResult:
     """GPUs side by side, with ratios against the first.

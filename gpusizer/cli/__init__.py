@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 #: The command modules; each registers itself on ``gpusizer.cli.root.app`` when imported.
-COMMANDS = ("catalog", "estimate", "fit", "probe", "recommend", "serve")
+COMMANDS = ("catalog", "estimate", "fit", "probe", "recommend", "serve", "systems")
 
 
 def _interrupted(signum: int, frame: Any) -> None:

@@ -273,6 +273,9 @@ app = typer.Typer(
 )
 catalog_app = typer.Typer(help="Browse the GPU catalog.", no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(catalog_app, name="catalog")
+systems_app = typer.Typer(help="Browse GPU systems: on-prem nodes and cloud instances, with prices.",
+                          no_args_is_help=True, rich_markup_mode=None)
+app.add_typer(systems_app, name="systems")
 
 
 def _version(value: bool) -> None:
