@@ -43,6 +43,8 @@ NO_TRAFFIC = {"detach", "view", "_unsafe_view", "t", "transpose", "expand", "as_
               "_record_function_exit", "_reshape_alias", "slice", "select", "unsqueeze", "squeeze", "permute",
               "reshape", "flatten", "lift_fresh"}
 BATCHES = (2, 4)
+#: fp32 math; autocast to fp16 over fp32 weights (AMP); a .half() model (pure fp16 or bf16)
+PRECISIONS = ("fp32", "mixed", "half")
 #: builder arguments that change no operation: Inception v3's scipy initialisation reads values
 BUILD_KWARGS: dict[str, dict[str, Any]] = {"inception_v3": {"init_weights": False}}
 
@@ -70,7 +72,7 @@ def _conv_flops(name: str, args: Any, out: Any) -> int | None:
     return None
 
 
-def trace_ops(zoo_id: str, batch: int, train: bool, mixed: bool) -> list[tuple[str, int, int]]:
+def trace_ops(zoo_id: str, batch: int, train: bool, precision: str) -> list[tuple[str, int, int]]:
     """(operation, FLOPs, bytes) of one step, in the order the step runs them."""
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
@@ -102,15 +104,21 @@ def trace_ops(zoo_id: str, batch: int, train: bool, mixed: bool) -> list[tuple[s
                 ops.append((name, flops, moved))
             return out
 
+    default = torch.get_default_dtype()
     with FakeTensorMode(allow_non_fake_inputs=True):
-        model = getattr(torchvision.models, TORCHVISION[zoo_id])(**BUILD_KWARGS.get(zoo_id, {}))
+        # a .half() model: built in fp16 (converting fake parameters in place is not supported)
+        torch.set_default_dtype(torch.float16 if precision == "half" else torch.float32)
+        try:
+            model = getattr(torchvision.models, TORCHVISION[zoo_id])(**BUILD_KWARGS.get(zoo_id, {}))
+            x = torch.randn(batch, 3, size, size, requires_grad=False)
+        finally:
+            torch.set_default_dtype(default)
         model.train(train)
-        x = torch.randn(batch, 3, size, size, requires_grad=False)
         counter = FlopCounterMode(display=False)
         grad = torch.enable_grad() if train else torch.no_grad()
         with grad, counter, Record(counter):
             # CPU autocast to fp16 follows CUDA's op lists for convolutions and matrix products
-            with torch.autocast("cpu", dtype=torch.float16, enabled=mixed):
+            with torch.autocast("cpu", dtype=torch.float16, enabled=precision == "mixed"):
                 out = model(x)
                 logits = [out] if isinstance(out, torch.Tensor) else [t for t in out if t is not None]
                 loss = sum(t.float().sum() for t in logits)
@@ -119,10 +127,10 @@ def trace_ops(zoo_id: str, batch: int, train: bool, mixed: bool) -> list[tuple[s
     return ops
 
 
-def op_table(zoo_id: str, train: bool, mixed: bool) -> list[list[Any]]:
+def op_table(zoo_id: str, train: bool, precision: str) -> list[list[Any]]:
     """Rows [count, kind, flops per sample, bytes per sample, fixed bytes], kind g (matmul or
     convolution) or s (streaming), merged over identical operations."""
-    small, large = (trace_ops(zoo_id, b, train, mixed) for b in BATCHES)
+    small, large = (trace_ops(zoo_id, b, train, precision) for b in BATCHES)
     if [n for n, _, _ in small] != [n for n, _, _ in large]:
         raise RuntimeError(f"{zoo_id}: the step runs different operations at batch {BATCHES[0]} and {BATCHES[1]}")
     span = BATCHES[1] - BATCHES[0]
@@ -145,7 +153,7 @@ def build(modes: tuple[str, ...] = ("infer",)) -> dict[str, Any]:
     for zoo_id in TORCHVISION:
         entry: dict[str, Any] = {"image_size": load_zoo().resolve(zoo_id).image_size}
         for mode in modes:
-            entry[mode] = {prec: op_table(zoo_id, mode == "train", prec == "mixed") for prec in ("fp32", "mixed")}
+            entry[mode] = {prec: op_table(zoo_id, mode == "train", prec) for prec in PRECISIONS}
         models[zoo_id] = entry
     return {"schema_version": 1, "generated_by": "benchmarks/cnn_ops.py", "torch": torch.__version__,
             "models": models}
@@ -157,7 +165,7 @@ DESCRIPTION = [
     "product (timed against the matmul peak), s: a streaming operation (batch norm, activation, addition,",
     "pooling, casts; timed against bandwidth). Bytes are what an unfused eager kernel reads and writes; fixed",
     "bytes do not grow with the batch (weights and their autocast copies). infer: eval mode without autograd.",
-    "mixed: autocast to fp16. JSON, not YAML: the engine reads it on every CNN inference estimate, and",
+    "mixed: autocast to fp16 over fp32 weights; half: a .half() model. JSON, not YAML: the engine reads it on every CNN inference estimate, and",
     "parsing 1,400 rows of YAML in pure Python takes 0.2 s.",
 ]
 
@@ -171,9 +179,9 @@ def _dump(doc: dict[str, Any]) -> str:
     lines.append('  "models": {')
     for i, (zoo_id, entry) in enumerate(doc["models"].items()):
         lines.append(f'    "{zoo_id}": {{"image_size": {entry["image_size"]}, "infer": {{')
-        for j, prec in enumerate(("fp32", "mixed")):
+        for j, prec in enumerate(PRECISIONS):
             rows = ",\n".join(f"      {json.dumps(r)}" for r in entry["infer"][prec])
-            lines.append(f'     "{prec}": [\n{rows}\n     ]' + ("," if j == 0 else ""))
+            lines.append(f'     "{prec}": [\n{rows}\n     ]' + ("," if j < len(PRECISIONS) - 1 else ""))
         lines.append("    }}" + ("," if i < len(doc["models"]) - 1 else ""))
     lines += ["  }", "}"]
     return "\n".join(lines) + "\n"

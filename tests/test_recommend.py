@@ -941,6 +941,11 @@ def test_a_part_without_a_published_fp32_rate_is_ranked_on_what_is_known(cli_jso
     assert "no FP32 rate" in gaudi2["speed"]["note"] and "tensor_fp16_tflops" in gaudi2["speed"]["note"]
     unknown = {c["field"] for c in gaudi2["contributions"] if not c["counted"]}
     assert {"tensor_tflops", "fp32_tflops", "fp16_speedup"} <= unknown
+    # the inference workload scores the precision's rate: unknown there too, left out, never 0
+    inference = cli_json("recommend", "--workload", "inference", "--vendor", "intel", "--precision", "fp16")
+    gaudi2 = next(g for g in inference["results"]["ranked"] if g["gpu_id"] == "gaudi2")
+    rates = [c for c in gaudi2["contributions"] if c["field"].startswith("precision_tflops")]
+    assert rates and all(not c["counted"] for c in rates)
     failed = cli("estimate", "--model", "resnet50", "--gpu", "gaudi2", "--json")
     assert failed.exit_code == 2 and "no FP32 rate" in json.loads(failed.stdout)["error"]["message"]
     bf16 = cli_json("estimate", "--model", "resnet50", "--gpu", "gaudi2", "--precision", "bf16")

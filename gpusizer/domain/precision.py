@@ -131,9 +131,9 @@ class Precision(BaseModel):
     #: ``recommend --precision`` accepts it (its rules are written for it)
     rule_precision: bool = True
     #: the eager PyTorch operation table (data/cnn_ops.json) a step at this precision runs: fp32
-    #: math, or 16-bit activations under autocast (pure fp16/bf16 move the same activation bytes);
+    #: math, autocast over fp32 weights (mixed), or a .half() model (pure fp16 and bf16);
     #: None for int8/fp8/int4, which run in fused engines that move fewer bytes
-    eager_ops: Literal["fp32", "mixed"] | None = None
+    eager_ops: Literal["fp32", "mixed", "half"] | None = None
 
 
 #: The table. Sources of the bytes:
@@ -172,14 +172,14 @@ _SPECS = (
               storage=Storage(weight_bytes=2, grad_bytes=2, optimizer_state_bytes=2, activation_bytes=2,
                               torch_dtype="float16"),
               compute_element_bytes=2, kv_element_bytes=2, traffic_activation_bytes=2,
-              tensor_field="tensor_fp16_tflops", tensor_label="fp16 Tensor Core (fp32 accumulate)", without_tensor="cuda-16bit", eager_ops="mixed"),
+              tensor_field="tensor_fp16_tflops", tensor_label="fp16 Tensor Core (fp32 accumulate)", without_tensor="cuda-16bit", eager_ops="half"),
     Precision(name="bf16", description="pure BF16: weights, gradients and optimizer state in 16 bits",
               storage_train="bf16", storage_inference="bf16",
               storage=Storage(weight_bytes=2, grad_bytes=2, optimizer_state_bytes=2, activation_bytes=2,
                               torch_dtype="bfloat16"),
               compute_element_bytes=2, kv_element_bytes=2, traffic_activation_bytes=2,
               tensor_field="tensor_bf16_tflops", tensor_label="bf16 Tensor Core", same_rate_as="fp16",
-              same_rate_from="ampere", eager_ops="mixed"),
+              same_rate_from="ampere", eager_ops="half"),
     Precision(name="fp8", description="FP8 Tensor Cores; trains like mixed, serves with 1-byte weights",
               storage_train="mixed", storage_inference="int8", compute_element_bytes=1, kv_element_bytes=1,
               traffic_activation_bytes=1, allreduce_grad_bytes=2, tensor_field="tensor_fp8_tflops", tensor_label="fp8 Tensor Core", without_tensor="fp16-rate",

@@ -229,14 +229,17 @@ class Gpu(BaseModel):
         return self.bandwidth_gb_s * 1e9
 
     @property
-    def has_tensor_cores(self) -> bool:
-        """Tensor Core hardware: a count above 0, a rate, or an NVIDIA architecture from Volta on.
-        An unknown rate is never read as "no Tensor Cores"."""
+    def has_tensor_cores(self) -> bool | None:
+        """Tensor Core (matrix unit) hardware: a count above 0, a rate, or an NVIDIA
+        architecture from Volta on; None for another vendor's entry that gives neither count
+        nor rate. An unknown rate is never read as "no Tensor Cores"."""
         if self.tensor_cores is not None:
             return self.tensor_cores > 0
         if any(getattr(self, f) is not None for f in TENSOR_FIELDS):
             return True
-        return self.vendor == "nvidia" and ARCH_ORDER.index(self.architecture) >= ARCH_ORDER.index("volta")
+        if self.vendor != "nvidia":
+            return None
+        return ARCH_ORDER.index(self.architecture) >= ARCH_ORDER.index("volta")
 
     def arch_at_least(self, architecture: str) -> bool:
         """An NVIDIA GPU of ``architecture`` or a later one (ARCH_ORDER). Always False for
@@ -274,7 +277,7 @@ class Gpu(BaseModel):
         since = TENSOR_SINCE.get(field)
         if since is None:
             return "unknown"
-        if not self.has_tensor_cores:
+        if self.has_tensor_cores is False:
             return "absent"
         if self.vendor == "nvidia" and ARCH_ORDER.index(self.architecture) < ARCH_ORDER.index(since):
             return "absent"

@@ -259,6 +259,11 @@ def _step(
                     selection, unknown_rate)
 
 
+#: a kernel shorter than this is dominated by its launch, which per-operation timing leaves out
+#: (eager PyTorch launches a CUDA kernel in roughly 5-10 us of host time)
+MIN_KERNEL_S = 10e-6
+
+
 def _step_by_operation(
     work: Work, cal: Calibration, flops_rate: float, byte_rate: float, peak: float, label: str,
     notes: tuple[str, ...], eff: Efficiency, selection: Selection, unknown_rate: bool,
@@ -274,6 +279,12 @@ def _step_by_operation(
         memory_s += op.count * t_m
         step += op.count * (roofline(t_c, t_m, cal.roofline_exponent) if t_c > 0 else t_m)
     opt_mem_s = work.optimizer_bytes / byte_rate / work.grad_accumulation
+    kernels = sum(op.count for op in work.ops)
+    if step / kernels < MIN_KERNEL_S:
+        notes = (*notes, (
+            f"{kernels} kernels in {step * 1e6:,.0f} us is {step / kernels * 1e6:.1f} us each: below the few "
+            "microseconds an eager PyTorch kernel launch takes, which this per-operation time does not include "
+            "(it was checked at batch 1024); at this batch the estimate is an upper bound"))
     return StepTime(compute_s, memory_s + opt_mem_s, 0.0, step + opt_mem_s, peak, label, notes, eff, selection,
                     unknown_rate)
 

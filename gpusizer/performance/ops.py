@@ -35,6 +35,7 @@ class _Tables(BaseModel):
 
     fp32: tuple[Row, ...] = Field(min_length=1, max_length=10_000)
     mixed: tuple[Row, ...] = Field(min_length=1, max_length=10_000)
+    half: tuple[Row, ...] = Field(min_length=1, max_length=10_000)
 
 
 class _ModelOps(BaseModel):

@@ -97,8 +97,8 @@ def _same_rate(gpu: Gpu, spec: Precision, tf32: bool) -> PeakDetail | None:
 
 def _without_tensor(gpu: Gpu, spec: Precision, tf32: bool) -> PeakDetail:
     """The rate where the GPU has no Tensor Cores for ``spec``."""
-    lacks = (f"{gpu.id} ({gpu.architecture.capitalize()}) has no {spec.name.upper()} Tensor Cores"
-             if gpu.has_tensor_cores else f"{gpu.id} has no Tensor Cores")
+    lacks = (f"{gpu.id} has no Tensor Cores" if gpu.has_tensor_cores is False
+             else f"{gpu.id} ({gpu.architecture.capitalize()}) has no {spec.name.upper()} Tensor Cores")
     if spec.without_tensor == "fp64-units":
         if gpu.fp64_tflops is None:
             raise UsageError(f"{gpu.id} has no FP64 figure in the catalog", hint="pick another precision")

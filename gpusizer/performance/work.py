@@ -351,7 +351,12 @@ def model_work(
         if ops:
             flow = flow.model_copy(update={"flops": sum(o.count * o.flops for o in ops if o.matmul)})
             notes.append(f"timed operation by operation: {sum(o.count for o in ops)} kernels of an eager "
-                         "PyTorch forward pass (data/cnn_ops.json), each against its own roofline")
+                         "PyTorch forward pass (data/cnn_ops.json), each against its own roofline; engines that "
+                         "fuse kernels (TensorRT, torch.compile) move fewer bytes and run faster")
+        elif not cfg.training and precision_spec(precision).eager_ops is None:
+            notes.append("timed from the step's totals as a fused inference engine (TensorRT) runs it: "
+                         f"{precision} CNN inference has no eager per-operation table, so this is not comparable "
+                         "with an eager PyTorch estimate at fp16 or fp32")
     elif isinstance(arch, RnnShape):
         flow = _rnn_flow(arch, shape, st)
     elif isinstance(arch, TransformerShape):
@@ -371,7 +376,9 @@ def model_work(
     offload = _offload_traffic(shape, cfg, mem, tp)
     return Work(
         workload=wl, unit=flow.unit, samples_per_step=flow.samples, tokens_per_sample=flow.tokens,
-        matmul_flops=flow.flops, attention_flops=flow.attention_flops, matmul_bytes=float(flow.weights_read),
+        # with operations, each one's bytes include its weights (the table's fixed bytes)
+        matmul_flops=flow.flops, attention_flops=flow.attention_flops,
+        matmul_bytes=0.0 if ops else float(flow.weights_read),
         fused_attention=bool(flow.attention_flops) and cfg.flash_attention and wl != "llm-decode",
         activation_bytes=(sum(o.count * o.bytes for o in ops) if ops else _activation_traffic(shape, st, mem_cfg, flow)),
         optimizer_bytes=opt, ops=ops,

@@ -307,14 +307,6 @@ def tensor_tflops(gpu: Gpu, precision: str) -> float | None:
     return value
 
 
-def tensor_cores_present(gpu: Gpu) -> bool | None:
-    """Matrix units of any vendor, or None where the catalog cannot tell: an entry of
-    another vendor with neither a count nor a rate (NVIDIA's come from the architecture)."""
-    if gpu.vendor != "nvidia" and gpu.tensor_cores is None and all(getattr(gpu, f) is None for f in TENSOR_FIELDS):
-        return None
-    return gpu.has_tensor_cores
-
-
 def tensor_precision_present(gpu: Gpu, precision: str) -> bool | None:
     """Whether the matrix units run ``precision``: a known rate says yes; an NVIDIA
     architecture from the one that introduced it says yes even when no source gives the
@@ -362,7 +354,9 @@ def value_unknown(gpu: Gpu, field: str, precision: str) -> bool:
         try:
             unknown = peak_detail(gpu, precision, tf32=_tf32_in_rules(precision)).unknown_rate
         except UsageError:
-            return False  # no FP64 figure: the rule's `missing` decides
+            # no FP64 figure: the rule's `missing` decides; no FP32 rate to fall back to (a
+            # part whose maker publishes none): unknown, never 0
+            return gpu.fp32_tflops is None
         return unknown or (field == "precision_tflops_per_w" and gpu.tdp_w is None)
     return False
 
@@ -389,7 +383,7 @@ def field_value(gpu: Gpu, field: str, precision: str) -> Any:
     if field == "ecc_capable":
         return gpu.ecc_capable
     if field == "has_tensor_cores":
-        return tensor_cores_present(gpu)
+        return gpu.has_tensor_cores
     if field == "has_tensor_precision":
         return tensor_precision_present(gpu, precision)
     raise KeyError(field)  # pragma: no cover - DERIVED_FIELDS and this function move together

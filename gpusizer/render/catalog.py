@@ -102,7 +102,7 @@ def _detail_value(gpu: Gpu, field: str, formulas: Mapping[str, str]) -> str:
     if value is None and status == "absent":
         from gpusizer.hardware.catalog import TENSOR_SINCE
 
-        if not gpu.has_tensor_cores:
+        if gpu.has_tensor_cores is False:
             return f"{NA}  (absent: no Tensor Cores)"
         return f"{NA}  (absent: Tensor Cores run it from {TENSOR_SINCE[field].capitalize()} on)"
     return fmt(value) if not isinstance(value, str) else value
