@@ -469,7 +469,10 @@ def test_street_prices_are_dated_cited_and_preferred_to_launch_prices():
     """A street price is a dated market figure: it needs its month, a source that names it,
     and it is what a budget uses; without it the launch price (MSRP) is the price."""
     street = [g for g in CATALOG.gpus if g.street_price_usd is not None]
-    assert {"h100-pcie-80gb", "h100-sxm5-80gb", "a100-sxm4-80gb", "b200-sxm-180gb", "gaudi3"} <= {g.id for g in street}
+    assert {"h100-pcie-80gb", "h100-sxm5-80gb", "a100-sxm4-80gb", "b200-sxm-180gb"} <= {g.id for g in street}
+    # Intel's 2024 list prices (kit of eight / 8) are launch prices, not market ones
+    assert GPUS["gaudi3"].price.label == "launch price 2024" and GPUS["gaudi3"].price.usd == 15625
+    assert GPUS["gaudi2"].price.usd == 65000 / 8
     for gpu in street:
         cited = [s for s in gpu.sources if "street_price_usd" in s.fields and "street_price_date" in s.fields]
         assert cited and all(s.url for s in cited), gpu.id

@@ -787,9 +787,9 @@ def _limit_flags(run: _Run, gpu: Gpu, price_total: float | None, power_total: in
 
 #: What --require ecc adds for a GPU whose ECC is a driver setting (when the workload's own
 #: ecc-optional advisory has not said it already).
-ECC_OPTIONAL_NOTE = ("ECC on {gpu} is a driver setting: it qualifies, but must be turned on (nvidia-smi -e 1, then "
-                     "reboot; data-center boards ship with it on), and it then keeps about 1/16 of the memory for "
-                     "check bits and costs some bandwidth")
+ECC_OPTIONAL_NOTE = ("ECC on {gpu} is a driver setting: it qualifies, but must be turned on (NVIDIA: nvidia-smi -e 1, "
+                     "then reboot; data-center boards ship with it on); NVIDIA boards then keep about 1/16 of the "
+                     "memory for check bits, and it costs some bandwidth")
 
 
 def _fired_advisories(run: _Run, gpu: Gpu, ctx: Mapping[str, Any]) -> tuple[Flag, ...]:
