@@ -950,6 +950,9 @@ def test_a_part_without_a_published_fp32_rate_is_ranked_on_what_is_known(cli_jso
     assert failed.exit_code == 2 and "no FP32 rate" in json.loads(failed.stdout)["error"]["message"]
     bf16 = cli_json("estimate", "--model", "resnet50", "--gpu", "gaudi2", "--precision", "bf16")
     assert bf16["results"]["estimate"]["peak_tflops"] == 432
+    # fp8 serving: attention's 16-bit matmuls run at the one 16-bit rate Intel publishes, BF16's
+    fp8 = cli_json("estimate", "--model", "llama-2-7b", "--gpu", "gaudi2", "--precision", "fp8", "--inference")
+    assert any("432 TFLOPS 16-bit rate" in n for n in fp8["notes"] + fp8["results"]["estimate"].get("notes", []))
 
 
 def test_recommend_rejects_an_unknown_vendor(cli):

@@ -196,6 +196,9 @@ _SPECS = (
               without_tensor="cuda-16bit", attention_at_16bit=True, rule_precision=False),
 )
 PRECISIONS: dict[str, Precision] = {p.name: p for p in _SPECS}
+#: The 16-bit matrix precisions, in the order a 16-bit rate is looked for (attention under fp8
+#: or int4 runs at the first one the GPU's catalog entry knows: Gaudi 2 publishes only BF16).
+SIXTEEN_BIT_MATRIX: tuple[str, ...] = ("fp16", "bf16")
 
 #: The formats a KV cache is kept in, and bytes per element: 16-bit by default; FP8
 #: (vLLM kv_cache_dtype="fp8", TensorRT-LLM use_fp8) and INT8/INT4 caches (TensorRT-LLM
@@ -325,6 +328,7 @@ __all__ = [
     "DEFAULT_PRECISION",
     "PRECISIONS",
     "RULE_PRECISIONS",
+    "SIXTEEN_BIT_MATRIX",
     "STORAGE_PRECISIONS",
     "Precision",
     "PrecisionName",

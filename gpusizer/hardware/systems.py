@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from gpusizer import datafiles
 from gpusizer.errors import DataFileError, UsageError
+from gpusizer.hardware.catalog import Source
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 #: how the GPUs of a node reach each other: NVSwitch (every pair at full NVLink speed), a
@@ -66,14 +67,6 @@ class CloudPrice(BaseModel):
         return self
 
 
-class SystemSource(BaseModel):
-    model_config = _FROZEN
-
-    title: str = Field(min_length=3)
-    url: str | None = None
-    fields: tuple[str, ...] = ()
-
-
 class System(BaseModel):
     model_config = _FROZEN
 
@@ -89,7 +82,7 @@ class System(BaseModel):
     nics: Nics | None = None
     cpu_ram_gib: float | None = Field(default=None, gt=0, le=1_000_000)
     price: CloudPrice | None = None
-    sources: tuple[SystemSource, ...] = Field(min_length=1)
+    sources: tuple[Source, ...] = Field(min_length=1)
     notes: str | None = None
 
     @model_validator(mode="after")

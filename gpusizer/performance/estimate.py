@@ -41,7 +41,7 @@ from pydantic import BaseModel, ConfigDict
 
 from gpusizer.choices import AttentionKernels, Phase
 from gpusizer.domain.parallelism import Parallelism
-from gpusizer.domain.precision import check_mode, precision_spec
+from gpusizer.domain.precision import SIXTEEN_BIT_MATRIX, check_mode, precision_spec
 from gpusizer.domain.run import RunConfig
 from gpusizer.domain.shape import ModelShape
 from gpusizer.errors import UsageError
@@ -217,7 +217,7 @@ def _step(
         if precision_spec(precision).attention_at_16bit:
             # attention multiplies 16-bit Q, K and V (Transformer Engine without fp8_dpa,
             # weight-only INT4 engines): those FLOPs run at the 16-bit rate
-            attn_peak = peak_tflops(gpu, "fp16", tf32=tf32)[0]
+            attn_peak = _sixteen_bit_peak(gpu, tf32)
         if attn_peak != peak:
             notes = (*notes, (f"attention multiplies 16-bit Q, K and V, so its FLOPs run at the {attn_peak:,.0f} "
                               f"TFLOPS 16-bit rate, not the {precision} rate"))
@@ -241,8 +241,8 @@ def _step(
         notes = (*notes, f"matrix-vector kernels keep few bytes in flight: the weight stream is capped at {sms} SMs "
                          f"x {eff.sm_bandwidth_gb_s:.1f} GB/s = {matmul_rate / 1e9:,.0f} GB/s (calibrated, Little's law)")
     elif work.gemv and eff.sm_bandwidth_gb_s > 0 and not sms:
-        notes = (*notes, f"{gpu.id}'s SM count is unknown (the catalog has neither cuda_cores nor a boost clock "
-                         "for it), so the per-SM cap on matrix-vector decode is not applied: this decode estimate "
+        notes = (*notes, f"{gpu.id}'s SM count is unknown (no CUDA compute capability, or neither cuda_cores nor a "
+                         "boost clock in the catalog), so the per-SM cap on matrix-vector decode is not applied: this decode estimate "
                          "may be high")
     matmul_mem_s = work.matmul_bytes / matmul_rate
     clock = REFERENCE_CLOCK_MHZ / gpu.boost_clock_mhz if gpu.boost_clock_mhz else 1.0
@@ -257,6 +257,19 @@ def _step(
     step = roofline(compute_s, matmul_mem_s + act_mem_s, cal.roofline_exponent) + opt_mem_s + overhead_s
     return StepTime(compute_s, matmul_mem_s + act_mem_s + opt_mem_s, overhead_s, step, peak, label, notes, eff,
                     selection, unknown_rate)
+
+
+def _sixteen_bit_peak(gpu: Gpu, tf32: bool) -> float:
+    """The 16-bit matrix rate attention runs at: FP16's, else BF16's where only that one is
+    known (Intel Gaudi 2 publishes BF16 alone)."""
+    for precision in SIXTEEN_BIT_MATRIX:
+        try:
+            detail = peak_detail(gpu, precision, tf32=tf32)
+        except UsageError:
+            continue
+        if not detail.unknown_rate:
+            return detail.tflops
+    return peak_tflops(gpu, SIXTEEN_BIT_MATRIX[0], tf32=tf32)[0]  # the lower bound, or the error that says why
 
 
 #: a kernel shorter than this is dominated by its launch, which per-operation timing leaves out
