@@ -223,6 +223,8 @@ class GpuResult(BaseModel):
     price_each_usd: float | None = None
     #: what price_each_usd is: "street price 2025-03" (dated market price) or "launch price 2023"
     price_basis: str | None = None
+    #: the kind of that price: street or launch
+    price_kind: Literal["street", "launch"] | None = None
     price_total_usd: float | None = None
     power_total_w: float | None = None
     #: cluster throughput per $1000 of GPU price (street, else launch); None: price or speed unknown
@@ -736,6 +738,7 @@ def _assess(run: _Run, cand: Candidate, best: Mapping[str, float | None], gfit: 
         advisories=_fired_advisories(run, gpu, ctx), excluded_by=tuple(excluded),
         fits=None if gfit is None else gfit.fits, fit=gfit,
         price_each_usd=price_each, price_basis=price.label if price is not None else None,
+        price_kind=price.basis if price is not None else None,
         price_total_usd=price_total, power_total_w=power_total, key_specs={},
     )
 
@@ -896,7 +899,7 @@ def _constraints_applied(run: _Run, memory_needed: int | None) -> tuple[str, ...
 
 def _price_basis(qualified: Sequence[GpuResult], sort: str) -> str:
     unpriced = sum(1 for r in qualified if r.price_total_usd is None)
-    street = sum(1 for r in qualified if (r.price_basis or "").startswith("street"))
+    street = sum(1 for r in qualified if r.price_kind == "street")
     return (f"catalog street prices where known ({street} GPUs, dated market prices), else launch prices (MSRP at "
             "launch); purchase prices, not cloud hourly ones; ") + (
         f"{unpriced} of {len(qualified)} qualifying GPUs have no price (most data-center cards are sold by quote): "
