@@ -91,13 +91,18 @@ def test_every_command_goes_through_the_api():
     from pathlib import Path
 
     cli_dir = Path(gpusizer.__file__).parent / "cli"
-    for name in ("catalog", "estimate", "fit", "probe", "recommend"):
+    for name in ("catalog", "estimate", "fit", "probe", "recommend", "serve", "systems"):
         tree = ast.parse((cli_dir / f"{name}.py").read_text())
         calls = {n.func.attr for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
                  and isinstance(n.func.value, ast.Name) and n.func.value.id == "api"}
         assert calls, f"cli/{name}.py calls no api function"
-        assert "document" in {n.func.attr for n in ast.walk(tree) if isinstance(n, ast.Call)
-                              and isinstance(n.func, ast.Attribute)}, name
+        # the JSON is the result's document(), printed directly or through options._show
+        named = {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+        assert "_show" in named or "document" in {n.func.attr for n in ast.walk(tree) if isinstance(n, ast.Call)
+                                                  and isinstance(n.func, ast.Attribute)}, name
+    show = ast.parse((cli_dir / "options.py").read_text())
+    assert "document" in {n.func.attr for n in ast.walk(show) if isinstance(n, ast.Call)
+                          and isinstance(n.func, ast.Attribute)}
 
 
 def test_results_are_typed_models():

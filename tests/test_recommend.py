@@ -479,10 +479,9 @@ def test_a_budget_reaches_data_center_cards_through_their_street_prices(cli_json
     ranked = {g["gpu_id"]: g for g in res["ranked"]}
     h100 = ranked["h100-pcie-80gb"]
     assert BY_ID["h100-pcie-80gb"].launch_price_usd is None
-    assert h100["price_each_usd"] == 24500 and h100["price_total_usd"] == 98000
-    assert h100["price_basis"] == "street price 2025-03" and h100["price_kind"] == "street"
+    assert h100["price"] == {"usd": 24500, "basis": "street", "when": "2025-03"} and h100["price_total_usd"] == 98000
     assert "h100-sxm5-80gb" not in ranked  # 4 x $31,250 = $125,000
-    assert ranked["rtx-4090"]["price_basis"] == "launch price 2022"
+    assert ranked["rtx-4090"]["price"] == {"usd": 1599, "basis": "launch", "when": "2022"}
     assert "street prices where known" in res["price_basis"]
 
 

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from gpusizer.cli.options import CatalogOpt, JsonOpt, _console, _load_catalog, _warn
+from gpusizer.cli.options import CatalogOpt, JsonOpt, _load_catalog, _show
 from gpusizer.cli.root import app, catalog_app, guarded
 
 # --------------------------------------------------------------------------
@@ -41,16 +41,14 @@ def catalog_list(
 
     result = api.list_gpus(segment=segment, arch=arch, vendor=vendor, min_memory_gib=min_memory, ecc=ecc, rdma=rdma,
                            nvlink=nvlink, sort=sort, descending=not ascending, catalog=_load_catalog(catalog))
-    if json_out:
-        from gpusizer.render.common import emit_json
 
-        emit_json(result.document())
-        return
-    from gpusizer.render.catalog import catalog_table
+    def table() -> object:
+        from gpusizer.render.catalog import catalog_table
 
-    gpus = list(result.results)
-    _console(ctx).print(catalog_table(gpus, title=f"{len(gpus)} of {result.catalog_size} GPUs",
-                                      provenance=show_provenance))
+        return catalog_table(result.results, title=f"{len(result.results)} of {result.catalog_size} GPUs",
+                             provenance=show_provenance)
+
+    _show(ctx, result, json_out, table)
 
 
 @catalog_app.command("show")
@@ -65,15 +63,13 @@ def catalog_show(
     from gpusizer import api
 
     result = api.show_gpu(gpu, catalog=_load_catalog(catalog))
-    if json_out:
-        from gpusizer.render.common import emit_json
 
-        emit_json(result.document())
-        return
-    _warn(ctx, result.notes)
-    from gpusizer.render.catalog import gpu_detail
+    def table() -> object:
+        from gpusizer.render.catalog import gpu_detail
 
-    _console(ctx).print(gpu_detail(result.results, result.formulas))
+        return gpu_detail(result.results, result.formulas)
+
+    _show(ctx, result, json_out, table)
 
 
 @app.command("compare")
@@ -88,12 +84,10 @@ def compare_cmd(
     from gpusizer import api
 
     result = api.compare(gpus, catalog=_load_catalog(catalog))
-    if json_out:
-        from gpusizer.render.common import emit_json
 
-        emit_json(result.document())
-        return
-    _warn(ctx, result.notes)
-    from gpusizer.render.catalog import comparison_table
+    def table() -> object:
+        from gpusizer.render.catalog import comparison_table
 
-    _console(ctx).print(comparison_table(result.comparison))
+        return comparison_table(result.comparison)
+
+    _show(ctx, result, json_out, table)

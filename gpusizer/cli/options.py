@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -66,6 +67,18 @@ def _warn(ctx: typer.Context, notes: list[str] | tuple[str, ...]) -> None:
         console = _console(ctx, stderr=True)
         for note in notes:
             console.print(f"Note: {note}", markup=False, soft_wrap=True)
+
+
+def _show(ctx: typer.Context, result: Any, json_out: bool, render: Callable[[], Any]) -> None:
+    """A browsing command's output: the JSON document, or its notes on stderr and ``render()``'s
+    table on stdout (``render`` imports rich only when a table is printed)."""
+    if json_out:
+        from gpusizer.render.common import emit_json
+
+        emit_json(result.document())
+        return
+    _warn(ctx, result.notes)
+    _console(ctx).print(render())
 
 
 

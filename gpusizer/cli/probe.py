@@ -13,6 +13,7 @@ from gpusizer.cli.options import (
     _cache_dir,
     _catalog_files,
     _console,
+    _show,
 )
 from gpusizer.cli.root import app, guarded
 
@@ -27,14 +28,13 @@ def models_cmd(ctx: typer.Context, json_out: JsonOpt = False) -> None:
     from gpusizer import api
 
     result = api.models(cache_dir=_cache_dir())
-    if json_out:
-        from gpusizer.render.common import emit_json
 
-        emit_json(result.document())
-        return
-    from gpusizer.render.catalog import models_table
+    def table() -> object:
+        from gpusizer.render.catalog import models_table
 
-    _console(ctx).print(models_table(result.results))
+        return models_table(result.results)
+
+    _show(ctx, result, json_out, table)
 
 
 @app.command("probe")

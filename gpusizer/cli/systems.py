@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from gpusizer.cli.options import CatalogOpt, JsonOpt, _console, _load_catalog, _warn
+from gpusizer.cli.options import CatalogOpt, JsonOpt, _load_catalog, _show
 from gpusizer.cli.root import guarded, systems_app
 
 
@@ -26,15 +26,13 @@ def systems_list(
     from gpusizer import api
 
     result = api.list_systems(gpu=gpu, provider=provider, kind=kind, catalog=_load_catalog(catalog))
-    if json_out:
-        from gpusizer.render.common import emit_json
 
-        emit_json(result.document())
-        return
-    _warn(ctx, result.notes)
-    from gpusizer.render.systems import systems_table
+    def table() -> object:
+        from gpusizer.render.systems import systems_table
 
-    _console(ctx).print(systems_table(result.results))
+        return systems_table(result.results)
+
+    _show(ctx, result, json_out, table)
 
 
 @systems_app.command("show")
@@ -48,12 +46,10 @@ def systems_show(
     from gpusizer import api
 
     result = api.show_system(system)
-    if json_out:
-        from gpusizer.render.common import emit_json
 
-        emit_json(result.document())
-        return
-    _warn(ctx, result.notes)
-    from gpusizer.render.systems import system_detail
+    def table() -> object:
+        from gpusizer.render.systems import system_detail
 
-    _console(ctx).print(system_detail(result.results))
+        return system_detail(result.results)
+
+    _show(ctx, result, json_out, table)

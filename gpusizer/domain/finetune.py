@@ -23,7 +23,7 @@ only an explicit name adapts).
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -91,14 +91,30 @@ class Adapter(BaseModel):
         return nf4_bytes_per_weight(double_quant=self.double_quant)
 
 
-def _linears(m: TransformerShape, adapter: Adapter | None = None) -> list[tuple[str, int, int, int, int, int]]:
-    """(name, inputs, outputs, count, passes, rank factor) of every linear layer but the output
-    head: ``count`` layers exist, a token passes ``passes`` of them (fewer for routed experts), and
-    each adapter has rank factor x r. A name "gate+up" needs both names targeted."""
+class _Linear(NamedTuple):
+    """A linear layer adapters may target: ``copies`` exist, a token passes ``passes`` of them
+    (fewer for routed experts), and its adapter has rank ``rank_factor`` x r. ``expert_param``:
+    fused expert parameters peft adapts through a parametrization (no rank-r intermediates; the
+    adapted weights themselves). A name "gate+up" needs both names targeted."""
+
+    name: str
+    n_in: int
+    n_out: int
+    copies: int
+    passes: int
+    rank_factor: int = 1
+    expert_param: bool = False
+
+    def targeted(self, wanted: frozenset[str]) -> bool:
+        return all(part in wanted for part in self.name.split("+"))
+
+
+def _linears(m: TransformerShape, adapter: Adapter) -> list[_Linear]:
+    """Every linear layer an adapter may target, the output head last (only named targets reach it)."""
     h, f = m.hidden, m.ffn
     n = m.layers + 2 * m.decoder_layers  # attention blocks: decoder self- and cross-attention
     layers = m.layers + m.decoder_layers
-    out = [(name, n_in, n_out, n, n, 1) for name, n_in, n_out in m.attention_projections()]
+    out = [_Linear(name, n_in, n_out, n, n) for name, n_in, n_out in m.attention_projections()]
     moe = m.experts > 1
     # (width, MLPs, MLPs a token passes): the routed experts, the shared experts, dense layers
     mlps = [] if moe and m.expert_adapters != "linear" else \
@@ -110,36 +126,30 @@ def _linears(m: TransformerShape, adapter: Adapter | None = None) -> list[tuple[
     for width, count, passes in mlps:
         names = (("gate", h, width), ("up", h, width), ("down", width, h)) if m.gated_mlp else \
             (("up", h, width), ("down", width, h))
-        out += [(name, n_in, n_out, count, passes, 1) for name, n_in, n_out in names]
+        out += [_Linear(name, n_in, n_out, count, passes) for name, n_in, n_out in names]
     if moe and m.expert_adapters == "parameter":
         # peft 0.21 on transformers 5 (utils/transformers_weight_conversion.py, _convert_peft_config_moe):
         # the gate, up and down names become the fused 3-D expert parameters, gate and up one adapter
         # of twice the rank; those names then match no nn.Linear, so dense and shared MLPs get none
+        if m.gated_mlp and len(adapter.modules & {"gate", "up"}) == 1:
+            raise UsageError("peft fuses the experts' gate and up projections into one parameter: target both or "
+                             "neither", hint="add the missing one of gate and up, or use mlp or all-linear",
+                             field="lora-targets")
         count, passes = m.moe_layers * m.experts, m.moe_layers * m.experts_per_token
-        if m.gated_mlp:
-            out.append(("gate+up", h, 2 * f, count, passes, 2))
-        else:
-            out.append(("up", h, f, count, passes, 1))
-        out.append(("down", f, h, count, passes, 1))
+        fused = _Linear("gate+up", h, 2 * f, count, passes, 2, True) if m.gated_mlp else \
+            _Linear("up", h, f, count, passes, 1, True)
+        out += [fused, _Linear("down", f, h, count, passes, 1, True)]
     if moe and m.expert_adapters != "none":
-        out.append(("gate", h, m.experts, m.moe_layers, m.moe_layers, 1))  # the router, which peft adapts too
-    out.append(("head", h, m.vocab, 1, 1, 1))  # the output head: only when named (all-linear leaves it out)
-    if adapter is not None and moe and m.expert_adapters == "parameter" and m.gated_mlp \
-            and len(adapter.modules & {"gate", "up"}) == 1:
-        raise UsageError("peft fuses the experts' gate and up projections into one parameter: target both or neither",
-                         hint="add the missing one of gate and up, or use mlp or all-linear", field="lora-targets")
+        out.append(_Linear("gate", h, m.experts, m.moe_layers, m.moe_layers))  # the router, which peft adapts too
+    out.append(_Linear("head", h, m.vocab, 1, 1))  # the output head: only when named (all-linear leaves it out)
     return out
-
-
-def _targeted(name: str, wanted: frozenset[str]) -> bool:
-    return all(part in wanted for part in name.split("+"))
 
 
 def adapter_params(m: TransformerShape, adapter: Adapter) -> int:
     """Trainable parameters the adapters add: rank x (inputs + outputs) per targeted linear."""
     wanted = adapter.modules
-    return sum(adapter.rank * factor * (n_in + n_out) * count
-               for name, n_in, n_out, count, _, factor in _linears(m, adapter) if _targeted(name, wanted))
+    return sum(adapter.rank * x.rank_factor * (x.n_in + x.n_out) * x.copies
+               for x in _linears(m, adapter) if x.targeted(wanted))
 
 
 def adapter_input_elements(m: TransformerShape, adapter: Adapter) -> int:
@@ -147,9 +157,8 @@ def adapter_input_elements(m: TransformerShape, adapter: Adapter) -> int:
     targeted linear a token passes (a token passes only its routed experts). Adapters on fused
     expert parameters keep none: they change the weight (expert_weight_copy_elements)."""
     wanted = adapter.modules
-    return sum(adapter.rank * factor * passes for name, _, _, _, passes, factor in _linears(m, adapter)
-               if _targeted(name, wanted) and not (name in ("gate+up", "down", "up") and m.experts > 1
-                                                   and m.expert_adapters == "parameter"))
+    return sum(adapter.rank * x.rank_factor * x.passes for x in _linears(m, adapter)
+               if x.targeted(wanted) and not x.expert_param)
 
 
 def expert_weight_copy_elements(m: TransformerShape, adapter: Adapter) -> int:
@@ -157,11 +166,8 @@ def expert_weight_copy_elements(m: TransformerShape, adapter: Adapter) -> int:
     expert parameter through torch.nn.utils.parametrize, so every forward builds the whole
     adapted stack, and the grouped matmul saves it for backward (measured in exact mode: a
     4-layer, 8-expert Mixtral with LoRA saves one such copy per layer)."""
-    if m.experts < 2 or m.expert_adapters != "parameter":
-        return 0
     wanted = adapter.modules
-    return sum(n_in * n_out * m.experts for name, n_in, n_out, _, _, _ in _linears(m, adapter)
-               if name in ("gate+up", "up", "down") and _targeted(name, wanted))
+    return sum(x.n_in * x.n_out * m.experts for x in _linears(m, adapter) if x.expert_param and x.targeted(wanted))
 
 
 def require_transformer(m: TransformerShape | None, adapter: Adapter) -> TransformerShape:

@@ -340,20 +340,26 @@ def transformer_activation_bytes(
     if cfg.adapter is not None and not cfg.checkpointing:
         # each adapter saves its rank-r intermediate (x A) for backward, in 16 bits
         stored += 2 * adapter_input_elements(m, cfg.adapter) * b * s // tp
-    if cfg.adapter is not None:
-        # adapters on fused expert parameters build each MoE layer's adapted expert weights
-        # (W + B A, 16 bits) and save them for backward; checkpointing rebuilds one layer's
-        copies = 2 * expert_weight_copy_elements(m, cfg.adapter) // tp
-        if cfg.checkpointing:
-            recompute += copies
-        else:
-            stored += m.moe_layers * copies
+    if cfg.checkpointing:
+        recompute += adapted_expert_bytes(m, cfg, tp)
+    else:
+        stored += adapted_expert_bytes(m, cfg, tp)
     if st.autocast:
         # autocast's 16-bit weight copies are saved for backward; under checkpointing the
         # layers' are recomputed instead, the output head's (outside the checkpointed
         # layers) saved either way
         stored += autocast_weight_copy_bytes(m, cfg, shards, layers=not cfg.checkpointing)
     return stored + saved_logits, recompute, logits
+
+
+def adapted_expert_bytes(m: TransformerShape, cfg: RunConfig, tp: int) -> int:
+    """The adapted expert weights (W + B A, 16 bits) that adapters on fused expert parameters
+    build and save for backward: every MoE layer's, or under checkpointing the one layer's
+    stack being rebuilt (0 without such adapters)."""
+    if cfg.adapter is None or not cfg.training:
+        return 0
+    per_layer = 2 * expert_weight_copy_elements(m, cfg.adapter) // tp
+    return per_layer if cfg.checkpointing else m.moe_layers * per_layer
 
 
 def autocast_weight_copy_bytes(m: TransformerShape, cfg: RunConfig, shards: int, *, layers: bool = True) -> int:
@@ -710,9 +716,8 @@ def model_state(shape: ModelShape, cfg: RunConfig) -> _State:
         # each NF4 matrix is dequantised to 16 bits for its matmul, forward and backward
         tp = split.activations
         transient += 2 * largest_matrix(m) // tp
-    copies = expert_weight_copy_elements(m, cfg.adapter) if m is not None and cfg.adapter is not None else 0
-    if copies and cfg.training:
-        saved = 2 * copies * (1 if cfg.checkpointing else m.moe_layers) // split.activations  # type: ignore[union-attr]
+    saved = adapted_expert_bytes(m, cfg, split.activations) if m is not None else 0
+    if saved:
         notes.append(f"adapters on fused experts: peft builds each MoE layer's adapted expert weights (W + B A) and "
                      f"saves them for backward, {format_bytes(saved)} among the activations "
                      f"({'one layer, as checkpointing rebuilds them' if cfg.checkpointing else 'every MoE layer'})")

@@ -32,7 +32,7 @@ from gpusizer.domain.precision import (
 from gpusizer.domain.run import RunConfig, make_run_config
 from gpusizer.domain.shape import ModelShape
 from gpusizer.errors import UsageError
-from gpusizer.hardware.catalog import SEGMENTS, TENSOR_FIELDS, VENDORS, Gpu
+from gpusizer.hardware.catalog import SEGMENTS, TENSOR_FIELDS, VENDORS, Gpu, Price
 from gpusizer.memory.estimate import fewest_gpus, largest_batch
 from gpusizer.memory.fit import Capacity, CapacitySource, GpuFit, fit_model
 from gpusizer.ranking.rules import (
@@ -220,11 +220,8 @@ class GpuResult(BaseModel):
     fits: bool | None = None
     fit: GpuFit | None = None
     speed: Speed | None = None
-    price_each_usd: float | None = None
-    #: what price_each_usd is: "street price 2025-03" (dated market price) or "launch price 2023"
-    price_basis: str | None = None
-    #: the kind of that price: street or launch
-    price_kind: Literal["street", "launch"] | None = None
+    #: one GPU's price and what kind it is: a dated street price or the launch price
+    price: Price | None = None
     price_total_usd: float | None = None
     power_total_w: float | None = None
     #: cluster throughput per $1000 of GPU price (street, else launch); None: price or speed unknown
@@ -720,15 +717,14 @@ def _assess(run: _Run, cand: Candidate, best: Mapping[str, float | None], gfit: 
     total = run.req.total_gpus
     ctx = {**run.context, "gpu": gpu.name, "gpu_id": gpu.id}
     price = gpu.price
-    price_each = price.usd if price is not None else None
-    price_total = price_each * total if price_each is not None else None
+    price_total = price.usd * total if price is not None else None
     power_total = gpu.tdp_w * total if gpu.tdp_w is not None else None
     excluded = _segment_flags(run, gpu)
     for rule, kind, hard in run.hard_tests:
         flag = _failed_test(run, gpu, ctx, rule, kind, hard)
         if flag is not None:
             excluded.append(flag)
-    excluded += _limit_flags(run, gpu, price_total, power_total)
+    excluded += _limit_flags(run, gpu, power_total)
     if gfit is not None and not gfit.fits:
         excluded.append(Flag(rule="memory-fit", kind="fit", message=_fit_message(gfit, run.req, run.mem_cfg)))
     contribs = _contributions(run, gpu, best)
@@ -737,9 +733,7 @@ def _assess(run: _Run, cand: Candidate, best: Mapping[str, float | None], gfit: 
         score=round(sum(c.points for c in contribs), 1), contributions=contribs,
         advisories=_fired_advisories(run, gpu, ctx), excluded_by=tuple(excluded),
         fits=None if gfit is None else gfit.fits, fit=gfit,
-        price_each_usd=price_each, price_basis=price.label if price is not None else None,
-        price_kind=price.basis if price is not None else None,
-        price_total_usd=price_total, power_total_w=power_total, key_specs={},
+        price=price, price_total_usd=price_total, power_total_w=power_total, key_specs={},
     )
 
 
@@ -765,19 +759,20 @@ def _failed_test(
     return Flag(rule=rule, kind=kind, message=msg, source=hard.source)
 
 
-def _limit_flags(run: _Run, gpu: Gpu, price_total: float | None, power_total: int | None) -> list[Flag]:
+def _limit_flags(run: _Run, gpu: Gpu, power_total: int | None) -> list[Flag]:
     """The budget and the power limit, for all the run's GPUs together."""
     req, total = run.req, run.req.total_gpus
     flags = []
+    price = gpu.price
     if req.budget_usd is not None:
-        if price_total is None:
+        if price is None:
             flags.append(Flag(rule="budget", kind="budget", message=(
                 "price unknown, so the budget cannot be checked (add street_price_usd and street_price_date, or "
                 "launch_price_usd, in a user catalog file)")))
-        elif price_total > req.budget_usd:
+        elif price.usd * total > req.budget_usd:
             flags.append(Flag(rule="budget", kind="budget", message=(
-                f"{total} x ${price_total / total:,.0f} ({gpu.price.label if gpu.price else 'price'}) = "
-                f"${price_total:,.0f} is over the budget of ${req.budget_usd:,.0f}")))
+                f"{total} x ${price.usd:,.0f} ({price.label}) = ${price.usd * total:,.0f} is over the budget of "
+                f"${req.budget_usd:,.0f}")))
     if req.max_power_w is not None:
         if power_total is None:
             flags.append(Flag(rule="max-power", kind="power",
@@ -899,7 +894,7 @@ def _constraints_applied(run: _Run, memory_needed: int | None) -> tuple[str, ...
 
 def _price_basis(qualified: Sequence[GpuResult], sort: str) -> str:
     unpriced = sum(1 for r in qualified if r.price_total_usd is None)
-    street = sum(1 for r in qualified if r.price_kind == "street")
+    street = sum(1 for r in qualified if r.price is not None and r.price.basis == "street")
     return (f"catalog street prices where known ({street} GPUs, dated market prices), else launch prices (MSRP at "
             "launch); purchase prices, not cloud hourly ones; ") + (
         f"{unpriced} of {len(qualified)} qualifying GPUs have no price (most data-center cards are sold by quote): "
@@ -968,7 +963,7 @@ def _sharded_options(results: Sequence[GpuResult], req: RecommendRequest, cfg: R
         if strategy == cfg.strategy and per_node <= req.gpus_per_node:
             continue  # the run as given already has that many: nothing new to suggest
         total = per_node * req.nodes
-        if req.budget_usd is not None and (res.price_each_usd is None or res.price_each_usd * total > req.budget_usd):
+        if req.budget_usd is not None and (res.price is None or res.price.usd * total > req.budget_usd):
             continue
         if req.max_power_w is not None and (res.power_total_w is None
                                             or res.power_total_w / req.total_gpus * total > req.max_power_w):
