@@ -139,3 +139,50 @@ def _check_cluster(gpus: int, nodes: int, nics_per_node: int | None, grad_accumu
     _check_range(grad_accumulation, "grad_accumulation", "the number of micro-batches per step", 1,
                  MAX_GRAD_ACCUMULATION)
     _check_range(price_per_hour, "price_per_gpu_hour", "the price per GPU-hour", 0, MAX_PRICE_PER_GPU_HOUR)
+
+class NodeChoice(BaseModel):
+    """The GPU, GPUs per node and link topology of a run: from a named system or from the
+    GPU and count given (the topology then follows the GPU's defaults inside the engine)."""
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+
+    gpu: str
+    gpus: int
+    #: the system named, if any (data/systems.yaml)
+    system: Any = None
+    #: a named system's topology with the overrides applied; None: the engine's defaults
+    topology: Any = None
+    #: a cloud system's on-demand price per GPU-hour, when the caller gave none
+    price_per_gpu_hour: float | None = None
+    notes: tuple[str, ...] = ()
+
+
+def resolve_node(
+    system: str | None, gpu: str | None, gpus: int | None, *, catalog: Catalog, interconnect: str | None = None,
+    nics_per_node: int | None = None, nodes: int = 1, price_per_hour: float | None = None,
+) -> NodeChoice:
+    """``system`` sets the GPU, GPUs per node (unless ``gpus`` is given, up to the system's
+    count), the fabric and NICs, and for a cloud instance the price; else ``gpu`` and ``gpus``."""
+    if system is None:
+        if gpu is None:
+            raise UsageError("name a GPU or a system", hint="e.g. H100 SXM, or a system from 'gpusizer systems list'",
+                             field="gpu")
+        return NodeChoice(gpu=gpu, gpus=gpus or 1, price_per_gpu_hour=price_per_hour)
+    from gpusizer.hardware.systems import load_systems
+    from gpusizer.performance.topology import node_topology
+
+    sys_ = load_systems().resolve(system)
+    if gpu is not None and catalog.resolve(gpu).gpu.id != sys_.gpu:
+        raise UsageError(f"system {sys_.id} holds {sys_.gpu}, not {gpu}", hint="give the system or the GPU",
+                         field="gpu")
+    count = gpus or sys_.gpus
+    g = catalog.resolve(sys_.gpu).gpu
+    topo = node_topology(g, count, nodes, system=sys_, interconnect=interconnect, nics_per_node=nics_per_node)
+    notes = [f"system {sys_.id}: {count} x {sys_.gpu}; {topo.describe()}"]
+    price = price_per_hour
+    if price is None and sys_.usd_per_gpu_hour is not None and sys_.price is not None:
+        price = sys_.usd_per_gpu_hour
+        where = sys_.price.region or "region not given"
+        notes.append(f"price: ${price:,.2f} per GPU-hour, {sys_.id}'s on-demand price ({where}, {sys_.price.date})")
+    return NodeChoice(gpu=sys_.gpu, gpus=count, system=sys_, topology=topo, price_per_gpu_hour=price,
+                      notes=tuple(notes))

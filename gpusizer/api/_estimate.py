@@ -17,6 +17,7 @@ from gpusizer.api._common import (
     _run,
     load_catalog,
     resolve_model,
+    resolve_node,
 )
 from gpusizer.domain.parallelism import sharded_gpus
 from gpusizer.domain.precision import default_precision, storage_precision
@@ -35,6 +36,7 @@ from gpusizer.performance.planning import (
     time_to_train,
 )
 from gpusizer.performance.serving import ServingSpeed, concurrency_for_latency, serving_speed
+from gpusizer.performance.topology import Topology
 from gpusizer.performance.work import default_seq_len
 from gpusizer.units import parse_count
 
@@ -120,8 +122,9 @@ def _training_amount(epochs: float | None, dataset_size: str | int | None, token
     return _Work(samples=epochs * size if epochs is not None and size is not None else None, tokens=count)
 
 def estimate(
-    model: str | ModelShape | None = None, *, gpu: str, params: str | int | None = None,
-    hf_config: str | Path | None = None, gpus: int = 1, nodes: int = 1, interconnect: str | None = None,
+    model: str | ModelShape | None = None, *, gpu: str | None = None, system: str | None = None,
+    params: str | int | None = None, hf_config: str | Path | None = None, gpus: int | None = None, nodes: int = 1,
+    interconnect: str | None = None,
     nics_per_node: int | None = None, precision: str | None = None, tf32: bool = True, phase: str | None = None,
     cuda_graphs: bool = True, grad_accumulation: int = 1, epochs: float | None = None,
     dataset_size: str | int | None = None, tokens: str | int | None = None, price_per_hour: float | None = None,
@@ -130,17 +133,16 @@ def estimate(
 ) -> EstimateResult:
     """Throughput, step-time breakdown, scaling, time-to-train and cost of a run.
 
-    Serving a decoder (inference, decode phase), the results also carry the
-    time to first token of a ``prompt`` (default: the whole context), the
-    inter-token latency and per-user and aggregate tokens/s at the batch, which
-    is the concurrency; ``max_itl_ms`` picks the largest concurrency that meets
-    that latency.
+    Serving a decoder (inference, decode phase), the results also carry the time to first token
+    of a ``prompt`` (default: the whole context), the inter-token latency and per-user and
+    aggregate tokens/s at the batch (the concurrency); ``max_itl_ms`` picks the largest
+    concurrency that meets that latency.
 
-    ``gpus`` is GPUs per node. ``precision`` is the math precision (tf32 and
-    fp8 included); the memory model counts its storage precision.
-    ``settings`` are :class:`RunConfig` fields (``batch``, ``seq_len``,
-    ``mode``, ``strategy``, ...). Without ``batch`` the largest that fits is
-    used, capped at a typical size. Cost needs ``price_per_hour`` (USD per GPU-hour).
+    ``gpus`` is GPUs per node (default 1, or a ``system``'s count). ``system`` names a node type
+    (data/systems.yaml): its GPU, fabric, NICs and a cloud instance's on-demand price per GPU-hour.
+    ``precision`` is the math precision (tf32, fp8 too); memory counts its storage precision.
+    ``settings`` are :class:`RunConfig` fields (``batch``, ``seq_len``, ``mode``, ``strategy``, ...).
+    Without ``batch``, the largest that fits, capped. Cost needs a price per GPU-hour (USD).
 
     >>> r = estimate("resnet50", gpu="V100 SXM2 16GB", gpus=8, batch=256)
     >>> r.results.gpus_total, r.results.throughput_unit
@@ -149,15 +151,15 @@ def estimate(
     True
     """
     mode = settings.get("mode", run.mode if run is not None else "train")
-    if phase is not None and mode == "train":
-        raise UsageError("a phase (decode or prefill) is for inference", hint="run inference", field="phase")
-    _check_cluster(gpus, nodes, nics_per_node, grad_accumulation, price_per_hour)
+    _check_phase(phase, mode)
+    _check_cluster(gpus or 1, nodes, nics_per_node, grad_accumulation, price_per_hour)
     amount = _training_amount(epochs, dataset_size, tokens)
     shape = resolve_model(model, params=params, hf_config=hf_config, cache_dir=cache_dir)
     cat = catalog or load_catalog(cache_dir=cache_dir)
-    res = cat.resolve(gpu)
-    g = res.gpu
-    notes: list[str] = [res.note] if res.note else []
+    node = resolve_node(system, gpu, gpus, catalog=cat, interconnect=interconnect, nics_per_node=nics_per_node,
+                        nodes=nodes, price_per_hour=price_per_hour)
+    gpus, price_per_hour, res = node.gpus, node.price_per_gpu_hour, cat.resolve(node.gpu)
+    g, notes = res.gpu, [*([res.note] if res.note else []), *node.notes]
     adapted = settings.get("adapter", run.adapter if run is not None else None) is not None
     prec = precision or default_precision(mode, adapters=adapted)
     mem_prec = storage_precision(prec, mode)
@@ -165,8 +167,8 @@ def estimate(
     cfg = _run(run, {**settings, "mode": mode, "precision": mem_prec, "batch": given_batch or 1,
                      "persistent_grads": grad_accumulation > 1, "gpus": gpus})
     inputs = {
-        "model": shape.name, "params": shape.params, "gpu": gpu, "resolved_id": g.id, "gpus": gpus, "nodes": nodes,
-        "interconnect": interconnect, "nics_per_node": nics_per_node, "precision": prec,
+        "model": shape.name, "params": shape.params, "gpu": gpu or node.gpu, "system": system, "resolved_id": g.id,
+        "gpus": gpus, "nodes": nodes, "interconnect": interconnect, "nics_per_node": nics_per_node, "precision": prec,
         "memory_precision": mem_prec, "tf32": tf32, **_run_echo(cfg), "phase": phase,
         "grad_accumulation": grad_accumulation, "cuda_graphs": cuda_graphs, "epochs": epochs,
         "dataset_size": dataset_size, "tokens": tokens, "price_per_hour": price_per_hour,
@@ -185,7 +187,8 @@ def estimate(
     else:
         batch_note = "given"
     perf = _PerfArgs(nodes=nodes, interconnect=interconnect, nics_per_node=nics_per_node, tf32=tf32,
-                     compute_precision=prec, phase=phase, grad_accumulation=grad_accumulation, cuda_graphs=cuda_graphs)
+                     compute_precision=prec, phase=phase, grad_accumulation=grad_accumulation, cuda_graphs=cuda_graphs,
+                     topology=node.topology)
     serving = None
     if _serves(shape, cfg, phase):
         inputs["prompt"] = prompt or cfg.seq_len or default_seq_len(shape)
@@ -198,6 +201,10 @@ def estimate(
         raise UsageError("a prompt length and a latency target are for serving a decoder (inference, decode)",
                          field="max_itl_ms" if max_itl_ms is not None else "prompt")
     return _estimate_run(shape, cfg, mem_cfg, g, inputs, notes, batch_note, amount, perf, price_per_hour, serving)
+
+def _check_phase(phase: str | None, mode: str) -> None:
+    if phase is not None and mode == "train":
+        raise UsageError("a phase (decode or prefill) is for inference", hint="run inference", field="phase")
 
 def _nothing_fits(
     exc: NothingFitsError, shape: ModelShape, mem_cfg: RunConfig, g: Gpu, inputs: dict[str, Any], notes: list[str],
@@ -232,9 +239,11 @@ class _PerfArgs(BaseModel):
     phase: str | None
     grad_accumulation: int
     cuda_graphs: bool
+    #: a named system's topology; None: the GPU's defaults at each count
+    topology: Topology | None = None
 
     def kwargs(self) -> dict[str, Any]:
-        return self.model_dump(exclude={"nodes"})
+        return {name: getattr(self, name) for name in type(self).model_fields if name != "nodes"}
 
 def _serves(shape: ModelShape, cfg: RunConfig, phase: str | None) -> bool:
     m = shape.transformer

@@ -18,7 +18,6 @@ from gpusizer.cli.options import (
     CheckpointOpt,
     DoubleQuantOpt,
     FlashOpt,
-    GpusPerNodeOpt,
     GradAccumOpt,
     HeadOptT,
     HfConfigOpt,
@@ -39,6 +38,7 @@ from gpusizer.cli.options import (
     QloraOpt,
     SeqOpt,
     StrategyOptT,
+    SystemOpt,
     TrainOpt,
     WeightsOpt,
     _cache_dir,
@@ -55,9 +55,12 @@ from gpusizer.domain.precision import (
 )
 from gpusizer.errors import ExitCode, NothingFitsError
 
-GpuOpt = Annotated[str, typer.Option("--gpu", help="GPU name or id, e.g. 'A100 80GB SXM4', 'RTX 2080 Ti', v100.")]
+GpuOpt = Annotated[str | None, typer.Option(
+    "--gpu", help="GPU name or id, e.g. 'A100 80GB SXM4', 'RTX 2080 Ti', v100 (or give --system).")]
+EstGpusOpt = Annotated[int | None, typer.Option("--gpus", min=1, help="GPUs per node. Default 1, or the system's count.")]
 NicsOpt = Annotated[int | None, typer.Option(
-    "--nics-per-node", min=1, help="Network ports per node used by NCCL (DGX-class nodes have one per GPU). Default 1.")]
+    "--nics-per-node", min=1, help="Network ports per node used by NCCL. Default: the system's, one per GPU for SXM "
+                                   "nodes (as DGX), else 1.")]
 EstPrecisionOptT = Annotated[PrecisionName | None, typer.Option("--precision", help=precision_help(
     ALL_PRECISIONS, "Math precision; the memory model counts its storage precision. "))]
 NoTf32Opt = Annotated[bool, typer.Option("--no-tf32", help="Keep fp32 on FP32 CUDA cores on Ampere and newer.")]
@@ -90,11 +93,12 @@ PriceOpt = Annotated[float | None, typer.Option(
 @guarded
 def estimate_cmd(
     ctx: typer.Context,
-    gpu: GpuOpt,
+    gpu: GpuOpt = None,
+    system: SystemOpt = None,
     params: ParamsOpt = None,
     model: ModelOpt = None,
     hf_config: HfConfigOpt = None,
-    gpus: GpusPerNodeOpt = 1,
+    gpus: EstGpusOpt = None,
     nodes: NodesOpt = 1,
     interconnect: InterconnectOpt = None,
     nics_per_node: NicsOpt = None,
@@ -136,7 +140,7 @@ def estimate_cmd(
     from gpusizer import api
 
     result = api.estimate(
-        model, gpu=gpu, params=params, hf_config=hf_config, gpus=gpus, nodes=nodes, interconnect=interconnect,
+        model, gpu=gpu, system=system, params=params, hf_config=hf_config, gpus=gpus, nodes=nodes, interconnect=interconnect,
         nics_per_node=nics_per_node, precision=precision, tf32=not no_tf32,
         phase=phase, cuda_graphs=cuda_graphs, grad_accumulation=grad_accumulation,
         epochs=epochs, dataset_size=dataset_size, tokens=tokens, price_per_hour=price_per_hour, prompt=prompt,

@@ -164,6 +164,10 @@ CheckpointOpt = Annotated[bool, typer.Option("--checkpointing", help="Activation
 GradAccumOpt = Annotated[int, typer.Option(
     min=1, help="Micro-batches per optimizer step; more than 1 keeps gradients alive through backward.")]
 GpusPerNodeOpt = Annotated[int, typer.Option("--gpus", min=1, help="GPUs per node.")]
+SystemOpt = Annotated[str | None, typer.Option(
+    "--system", metavar="SYSTEM",
+    help="A node type from 'gpusizer systems list' (dgx-h100, aws-p5.48xlarge, ...): sets the GPU, GPUs per node, "
+         "fabric, NICs and, for a cloud instance, the price per GPU-hour. Replaces --gpu.")]
 NodesOpt = Annotated[int, typer.Option("--nodes", min=1, help="Nodes (machines).")]
 InterconnectOpt = Annotated[str | None, typer.Option(
     "--interconnect",

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from gpusizer import datafiles
 from gpusizer.errors import DataFileError, UsageError
-from gpusizer.hardware.catalog import ARCH_ORDER, Source
+from gpusizer.hardware.catalog import ARCH_ORDER, Gpu, Source
 
 #: How much wider the stated error band is for a GPU class (generation and market segment)
 #: that no calibration measurement covers for the workload: the estimate then uses the
@@ -51,6 +51,39 @@ class Interconnect(BaseModel):
     sources: tuple[Source, ...] = Field(min_length=1)
 
 
+class PciePath(BaseModel):
+    """How GPUs exchange data over PCIe: peer-to-peer through a PCIe switch or through the CPU's
+    root complex, or without P2P, staged through host memory (NCCL's SHM transport)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    path: Literal["switch", "root-complex", "none"]
+    #: achieved fraction of the PCIe link's per-direction rate for a NCCL ring (bus bandwidth)
+    efficiency: float = Field(gt=0, le=1)
+    #: NCCL per-hop latency of a ring step on this path
+    latency_us: float = Field(ge=0, le=10_000)
+    sources: tuple[Source, ...] = Field(min_length=1)
+
+
+class P2pDefault(BaseModel):
+    """A rule for the PCIe P2P path of a GPU when no system says: the first rule whose every
+    given field matches applies."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    vendors: tuple[str, ...] = ()
+    segments: tuple[str, ...] = ()
+    architectures: tuple[str, ...] = ()
+    p2p: Literal["switch", "root-complex", "none"]
+    reason: str = Field(min_length=3)
+    sources: tuple[Source, ...] = ()
+
+    def matches(self, gpu: Gpu) -> bool:
+        return ((not self.vendors or gpu.vendor in self.vendors)
+                and (not self.segments or gpu.segment in self.segments)
+                and (not self.architectures or gpu.architecture in self.architectures))
+
+
 class Interconnects(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -58,6 +91,18 @@ class Interconnects(BaseModel):
     collective_base_latency_us: float = Field(ge=0)
     collective_base_latency_source: Source
     interconnects: tuple[Interconnect, ...]
+    pcie_paths: tuple[PciePath, ...] = Field(min_length=3)
+    pcie_p2p_defaults: tuple[P2pDefault, ...] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _each_path_once(self) -> Interconnects:
+        paths = [p.path for p in self.pcie_paths]
+        if sorted(paths) != sorted(set(paths)) or len(paths) != 3:
+            raise ValueError("pcie_paths: give switch, root-complex and none once each")
+        return self
+
+    def pcie_path(self, path: str) -> PciePath:
+        return next(p for p in self.pcie_paths if p.path == path)
 
     def get(self, key: str) -> Interconnect:
         wanted = key.strip().lower()

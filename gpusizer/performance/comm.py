@@ -8,11 +8,8 @@ from pydantic import BaseModel, ConfigDict
 
 from gpusizer.errors import UsageError
 from gpusizer.hardware.catalog import Gpu
-from gpusizer.performance.calibration import (
-    Interconnect,
-    Interconnects,
-    load_interconnects,
-)
+from gpusizer.performance.calibration import Interconnects, load_interconnects
+from gpusizer.performance.topology import Topology, node_topology
 
 # --------------------------------------------------------------------------
 # communication
@@ -32,59 +29,45 @@ class Link(BaseModel):
     notes: tuple[str, ...] = ()
 
 
-def _intra_link(gpu: Gpu, gpus: int, links: Interconnects, requested: Interconnect | None) -> tuple[Interconnect, float, str]:
-    """The link a ring uses inside a node and its per-GPU bandwidth (GB/s per direction)."""
-    if requested is not None and requested.scope == "intra":
-        if requested.kind == "nvlink":
-            if not gpu.nvlink:
-                raise UsageError(f"{gpu.id} has no NVLink", hint="connect its GPUs over PCIe", field="interconnect")
-            return requested, (gpu.nvlink_gb_s or 2 * requested.bandwidth_gb_s) / 2, "nvlink"
-        return requested, requested.bandwidth_gb_s, "pcie"
-    # NVLink bridges on PCIe cards join pairs; a ring over more than two needs PCIe hops
-    sxm = gpu.form_factor.upper().startswith("SXM")
-    if gpu.nvlink and (sxm or gpus <= 2):
-        link = links.nvlink(gpu.nvlink_generation)
-        return link, (gpu.nvlink_gb_s or 2 * link.bandwidth_gb_s) / 2, "nvlink"
-    link = links.pcie(gpu.pcie_generation)
-    return link, link.bandwidth_gb_s, "pcie"
-
-
-def resolve_interconnect(key: str | None, links: Interconnects, gpu: Gpu) -> Interconnect | None:
-    if key is None:
-        return None
-    k = key.strip().lower()
-    if k in ("nvlink", "nvswitch"):
-        if not gpu.nvlink:
+def _intra_link(gpu: Gpu, gpus: int, topo: Topology, links: Interconnects) -> tuple[str, float, float, str]:
+    """(name, effective per-GPU bus bandwidth GB/s, per-step latency us, transport) of a ring
+    inside a node. NVLink bridges join pairs only: a ring over more than two bridged cards
+    crosses PCIe, so PCIe sets its pace."""
+    nvlinked = topo.fabric in ("nvswitch", "nvlink-mesh") or (topo.fabric == "nvlink-bridge" and gpus <= 2)
+    if nvlinked:
+        if not (topo.nvlink_gb_s or gpu.nvlink):
             raise UsageError(f"{gpu.id} has no NVLink", hint="connect its GPUs over PCIe", field="interconnect")
-        return links.nvlink(gpu.nvlink_generation)
-    if k == "pcie":
-        return links.pcie(gpu.pcie_generation)
-    return links.get(k)
+        link = links.nvlink(gpu.nvlink_generation)
+        per_gpu = (topo.nvlink_gb_s or gpu.nvlink_gb_s or 2 * link.bandwidth_gb_s) / 2
+        return link.name, per_gpu * link.efficiency, link.latency_us, "nvlink"
+    link = links.pcie(topo.pcie_generation or gpu.pcie_generation)
+    path = links.pcie_path(topo.p2p)
+    name = {"switch": f"{link.name} through a PCIe switch",
+            "root-complex": f"{link.name} through the CPU root complex",
+            "none": f"PCIe {link.generation}.0 x16 without P2P (staged in host memory)"}[topo.p2p]
+    return name, link.bandwidth_gb_s * path.efficiency, path.latency_us, "pcie"
 
 
 def collective_link(
-    gpu: Gpu, gpus_per_node: int, nodes: int, interconnect: str | None, *, nics_per_node: int | None = None,
-    links: Interconnects | None = None,
+    gpu: Gpu, gpus_per_node: int, nodes: int, interconnect: str | None = None, *, nics_per_node: int | None = None,
+    links: Interconnects | None = None, topology: Topology | None = None,
 ) -> Link:
-    """Effective bus bandwidth and latencies for a ring over gpus_per_node x nodes GPUs."""
+    """Effective bus bandwidth and latencies for a ring over gpus_per_node x nodes GPUs, on
+    ``topology`` (default: performance.topology.node_topology of the GPU, with ``interconnect``
+    and ``nics_per_node`` as overrides)."""
     links = links or load_interconnects()
-    notes: list[str] = []
-    requested = resolve_interconnect(interconnect, links, gpu)
-    intra, intra_bw, intra_kind = _intra_link(gpu, gpus_per_node, links, requested)
-    intra_eff = intra_bw * intra.efficiency
+    topo = topology or node_topology(gpu, gpus_per_node, nodes, interconnect=interconnect,
+                                     nics_per_node=nics_per_node, links=links)
+    notes: list[str] = list(topo.assumed)
+    intra_name, intra_eff, intra_lat, intra_kind = _intra_link(gpu, gpus_per_node, topo, links)
     if nodes <= 1:
-        if requested is not None and requested.scope == "inter":
-            notes.append(f"interconnect {requested.id} is a network; inside one node GPUs talk over {intra.name}")
         return Link(
-            label=intra.name, bandwidth_gb_s=intra_eff, intra_latency_us=intra.latency_us,
-            inter_latency_us=intra.latency_us, base_latency_us=links.collective_base_latency_us,
-            transport=intra_kind, notes=tuple(notes),
+            label=intra_name, bandwidth_gb_s=intra_eff, intra_latency_us=intra_lat, inter_latency_us=intra_lat,
+            base_latency_us=links.collective_base_latency_us,
+            transport=intra_kind if gpus_per_node > 1 else "none", notes=tuple(notes),
         )
-    net = requested if (requested is not None and requested.scope == "inter") else None
-    if net is None:
-        net = links.get("ib-hdr")
-        notes.append("no network given for a multi-node run: assuming InfiniBand HDR (name an interconnect to change it)")
-    nics = max(1, min(nics_per_node or 1, gpus_per_node))
+    net = links.get(topo.network)
+    nics = max(1, topo.nics_per_node)
     if net.rdma and gpu.gpudirect_rdma:
         per_nic, latency, transport = net.bandwidth_gb_s * net.efficiency, net.latency_us, "rdma"
     else:
@@ -97,12 +80,16 @@ def collective_link(
         lat = net.tcp_latency_us if net.tcp_latency_us is not None else net.latency_us
         per_nic, latency, transport = net.bandwidth_gb_s * eff, lat, "tcp"
         # host staging: every byte also crosses PCIe to and from host memory
-        pcie = links.pcie(gpu.pcie_generation)
+        pcie = links.pcie(topo.pcie_generation or gpu.pcie_generation)
         per_nic = min(per_nic, pcie.bandwidth_gb_s * pcie.efficiency / 2)
-    bus = min(intra_eff, nics * per_nic)
+    # GPUDirect RDMA reads GPU memory over each GPU's PCIe link, so a node's GPUs cannot feed more
+    # network than their PCIe links carry (AWS P5: 32 x 100 Gb/s EFA for 8 GPUs, 4 ports per GPU)
+    pcie = links.pcie(topo.pcie_generation or gpu.pcie_generation)
+    feed = gpus_per_node * pcie.bandwidth_gb_s * pcie.efficiency
+    bus = min(intra_eff, nics * per_nic, feed)
     return Link(
         label=f"{net.name} x{nics} per node" + (" (TCP, host-staged)" if transport == "tcp" else ""),
-        bandwidth_gb_s=bus, intra_latency_us=intra.latency_us, inter_latency_us=latency,
+        bandwidth_gb_s=bus, intra_latency_us=intra_lat, inter_latency_us=latency,
         base_latency_us=links.collective_base_latency_us, transport=transport, notes=tuple(notes),
     )
 

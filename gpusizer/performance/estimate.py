@@ -56,6 +56,7 @@ from gpusizer.performance.calibration import (
 )
 from gpusizer.performance.comm import allreduce_time_s, collective_link
 from gpusizer.performance.peak import UNKNOWN_RATE_BAND, default_compute_precision, peak_detail, peak_tflops
+from gpusizer.performance.topology import Topology, node_topology
 from gpusizer.performance.work import GEMV_MAX_BATCH, Work, model_work
 
 #: per-layer overheads are given at this clock and scale with 1 / boost clock
@@ -113,6 +114,7 @@ class PerfEstimate(BaseModel):
     #: fixed per-layer overheads within step_time_s
     overhead_s: float = 0.0
     gpus_total: int = 1
+    nodes: int = 1
     samples_per_step: int = 1
     tokens_per_sample: int | None = None
     flops_per_step: float = 0.0
@@ -127,6 +129,8 @@ class PerfEstimate(BaseModel):
     interconnect: str | None = None
     comm_bandwidth_gb_s: float | None = None
     transport: Literal["none", "nvlink", "pcie", "rdma", "tcp"] = "none"
+    #: how the GPUs are linked (a system's, or the GPU's defaults); None for one GPU
+    topology: Topology | None = None
     phase: str | None = None
     #: decode steps replayed as CUDA graphs (see estimate_performance); None
     #: outside decode, where the choice changes nothing
@@ -316,8 +320,7 @@ class _Layout(BaseModel):
     gpu: Gpu
     gpus_per_node: int
     nodes: int
-    interconnect: str | None
-    nics_per_node: int | None
+    topology: Topology
     par: Parallelism
 
 
@@ -353,14 +356,15 @@ def _data_parallel(
 ) -> _Comm:
     """The data-parallel gradient all-reduce; with tp, each rank's shard across nodes."""
     par = at.par
-    link = collective_link(at.gpu, at.gpus_per_node, at.nodes, at.interconnect, nics_per_node=at.nics_per_node,
-                           links=links)
+    link = collective_link(at.gpu, at.gpus_per_node, at.nodes, links=links, topology=at.topology)
     ring_gpn = 1 if par.tp > 1 else at.gpus_per_node
     # ZeRO-3/FSDP gather the weights forward and backward and reduce-scatter the
     # gradients: 3 x (N-1)/N x S against the all-reduce's 2 x (N-1)/N x S
     volume = 1.5 if par.gathers_layers else 1.0
     size = work.gradient_bytes * volume
-    calls = max(1, math.ceil(size / DDP_BUCKET_BYTES))
+    # DDP all-reduces 25 MB buckets; FSDP/ZeRO-3 wrapped per block (LLM Foundry, torchtitan) issues
+    # three collectives per block: an all-gather forward and backward, a reduce-scatter backward
+    calls = 3 * max(1, work.layers) if par.gathers_layers else max(1, math.ceil(size / DDP_BUCKET_BYTES))
     t_ar = allreduce_time_s(size, ring_gpn, at.nodes, link, calls=calls)
     # DDP overlaps all-reduce with backward (Li et al., "PyTorch Distributed", VLDB 2020),
     # and backward is 2/3 of the step: twice the forward FLOPs (the 6N-per-token count
@@ -381,7 +385,7 @@ def _data_parallel(
 def _tensor_parallel(comm: _Comm, work: Work, at: _Layout, links: Interconnects) -> _Comm:
     """Megatron-style: two activation all-reduces per layer and pass, on the critical path."""
     tp = at.par.tp
-    link = collective_link(at.gpu, at.gpus_per_node, 1, at.interconnect if at.nodes == 1 else None, links=links)
+    link = collective_link(at.gpu, at.gpus_per_node, 1, links=links, topology=at.topology)
     t_tp = allreduce_time_s(work.tp_allreduce_bytes, at.gpus_per_node, 1, link) * work.tp_allreduces
     update: dict[str, Any] = {
         "comm_s": comm.comm_s + t_tp, "exposed_s": comm.exposed_s + t_tp,
@@ -393,12 +397,19 @@ def _tensor_parallel(comm: _Comm, work: Work, at: _Layout, links: Interconnects)
     return comm.model_copy(update=update)
 
 
+def _check_counts(grad_accumulation: int, nodes: int) -> None:
+    if grad_accumulation < 1:
+        raise UsageError("gradient accumulation must be at least 1 micro-batch", field="grad_accumulation")
+    if nodes < 1:
+        raise UsageError("a run needs at least 1 node", field="nodes")
+
+
 def estimate_performance(
     gpu: Gpu, shape: ModelShape, cfg: RunConfig, *, nodes: int = 1, interconnect: str | None = None,
     tf32: bool = True, compute_precision: str | None = None, phase: Phase | None = None,
     nics_per_node: int | None = None, grad_accumulation: int = 1, cuda_graphs: bool = True,
     attention_kernels: AttentionKernels = "current", calibration: Calibration | None = None,
-    interconnects: Interconnects | None = None,
+    interconnects: Interconnects | None = None, topology: Topology | None = None,
 ) -> PerfEstimate:
     """Predict throughput of ``shape`` under ``cfg`` on ``cfg.gpus`` x ``nodes`` GPUs.
 
@@ -412,11 +423,10 @@ def estimate_performance(
     vLLM, SGLang, llama.cpp at batch 1) or launch one by one; it sets the per-layer overhead.
     ``attention_kernels`` times fused attention at the matmuls' efficiency ("current")
     or as the kernels LLM Foundry ran in 2023 ("llm-foundry-2023", for its rows).
+    ``topology``: how the GPUs are linked (performance.topology); default: the GPU's defaults,
+    with ``interconnect`` and ``nics_per_node`` as overrides.
     """
-    if grad_accumulation < 1:
-        raise UsageError("gradient accumulation must be at least 1 micro-batch", field="grad_accumulation")
-    if nodes < 1:
-        raise UsageError("a run needs at least 1 node", field="nodes")
+    _check_counts(grad_accumulation, nodes)
     cal = calibration or load_calibration()
     links = interconnects or load_interconnects()
     precision = compute_precision or default_compute_precision(cfg)
@@ -429,8 +439,9 @@ def estimate_performance(
                       grad_accumulation=grad_accumulation)
     st = _step(work, gpu, precision, tf32, cal, cuda_graphs, attention_kernels)
     notes: list[str] = [*st.notes, *work.notes]
-    layout = _Layout(gpu=gpu, gpus_per_node=cfg.gpus, nodes=nodes, interconnect=interconnect,
-                     nics_per_node=nics_per_node, par=par)
+    topo = topology or node_topology(gpu, cfg.gpus, nodes, interconnect=interconnect, nics_per_node=nics_per_node,
+                                     links=links)
+    layout = _Layout(gpu=gpu, gpus_per_node=cfg.gpus, nodes=nodes, topology=topo, par=par)
     comm = _Comm()
     step = st.step_s
     if cfg.training and par.dp > 1:
@@ -463,13 +474,13 @@ def estimate_performance(
         memory_s=st.memory_s, comm_s=comm.comm_s, bound=bound, per_gpu_throughput_per_s=throughput / n_total,
         scaling_efficiency=efficiency, speedup_vs_1gpu=speedup, error_band=_error_band(cal, st),
         notes=tuple(dict.fromkeys(notes)), comm_exposed_s=comm.exposed_s, overhead_s=st.overhead_s,
-        gpus_total=n_total, samples_per_step=int(round(work.samples_per_step)),
+        gpus_total=n_total, nodes=nodes, samples_per_step=int(round(work.samples_per_step)),
         tokens_per_sample=work.tokens_per_sample, flops_per_step=work.matmul_flops,
         memory_traffic_bytes=work.matmul_bytes + work.activation_bytes + work.optimizer_bytes,
         comm_bytes=comm.bytes, workload=work.workload, compute_precision=precision, peak_tflops=st.peak_tflops,
         peak_label=st.peak_label, compute_efficiency=st.efficiency.compute_efficiency,
         memory_efficiency=st.efficiency.memory_efficiency, interconnect=comm.link_label,
-        comm_bandwidth_gb_s=comm.link_gb_s, transport=comm.transport,
+        comm_bandwidth_gb_s=comm.link_gb_s, transport=comm.transport, topology=topo if n_total > 1 else None,
         phase=(phase or "decode") if work.workload == "llm-decode" or phase == "prefill" else None,
         cuda_graphs=cuda_graphs if st.overhead_s > 0 else None,
     )

@@ -87,6 +87,8 @@ def summary_table(est: PerfEstimate, gpu: Gpu, inputs: Mapping[str, Any], batch_
     if n > 1:
         table.add_row("scaling", f"{est.speedup_vs_1gpu:.1f}x the speed of 1 GPU ({est.scaling_efficiency:.0%} "
                       "efficiency)")
+        if est.topology is not None:
+            table.add_row("node", f"{est.topology.describe(est.nodes)} ({est.topology.origin})")
         if est.interconnect:
             table.add_row("interconnect", f"{est.interconnect}: {fmt(est.comm_bandwidth_gb_s)} GB/s effective, "
                           f"{est.transport}")

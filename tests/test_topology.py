@@ -1,0 +1,125 @@
+"""Node topology: systems, the defaults by form factor and segment, and what they do to scaling."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+import gpusizer.cli.estimate  # noqa: F401  (registers the command on the shared app)
+from gpusizer import api
+from gpusizer.hardware.catalog import load_catalog
+from gpusizer.performance.calibration import load_interconnects
+from gpusizer.performance.comm import collective_link
+from gpusizer.performance.topology import default_p2p, node_topology
+
+CAT = load_catalog()
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_sxm_nodes_default_to_their_dgx_one_nic_per_gpu():
+    h100 = CAT.by_id("h100-sxm5-80gb")
+    topo = node_topology(h100, 8, 16)
+    assert (topo.fabric, topo.network, topo.nics_per_node) == ("nvswitch", "ib-ndr", 8)
+    assert "DGX H100" in topo.origin and topo.assumed
+    # DGX A100: 8 x 200 Gb/s HDR compute ports
+    a100 = node_topology(CAT.by_id("a100-sxm4-80gb"), 8, 4)
+    assert (a100.network, a100.nics_per_node) == ("ib-hdr", 8)
+
+
+@pytest.mark.parametrize(("gpu_id", "p2p"), [
+    ("rtx-4090", "none"), ("rtx-3090", "none"), ("rtx-2080-ti", "none"),
+    ("rtx-a6000", "root-complex"), ("rtx-6000-ada", "root-complex"), ("a100-pcie-80gb", "root-complex"),
+])
+def test_pcie_p2p_defaults_follow_the_segment(gpu_id, p2p):
+    assert default_p2p(CAT.by_id(gpu_id), load_interconnects())[0] == p2p
+    assert node_topology(CAT.by_id(gpu_id), 4, 1).p2p == p2p
+
+
+def test_pcie_paths_order_the_ring_bandwidth():
+    """NVIDIA/nccl #1603, 4x RTX 4090 on PCIe 4.0: 22 GB/s with P2P through the CPU, 18 GB/s staged in
+    host memory; a PCIe switch keeps P2P at 0.8 of the link."""
+    gpu = CAT.by_id("rtx-a6000")
+    links = load_interconnects()
+    bw = {p: collective_link(gpu, 4, 1, links=links,
+                             topology=node_topology(gpu, 4, 1).model_copy(update={"p2p": p})).bandwidth_gb_s
+          for p in ("switch", "root-complex", "none")}
+    assert bw["none"] == pytest.approx(18, abs=0.1)
+    assert bw["root-complex"] == pytest.approx(22, abs=0.1)
+    assert bw["switch"] > bw["root-complex"] > bw["none"]
+
+
+def test_network_is_capped_by_the_pcie_links_gpudirect_reads_through():
+    """AWS P5: 32 x 100 Gb/s EFA for 8 GPUs is 400 GB/s of ports, more than NVLink's ring; one GPU
+    per node still cannot send faster than its own PCIe 5.0 link."""
+    h100 = CAT.by_id("h100-sxm5-80gb")
+    one = collective_link(h100, 1, 2, topology=node_topology(h100, 1, 2, system="aws-p5.48xlarge"))
+    assert one.bandwidth_gb_s == pytest.approx(63.0 * 0.8)
+
+
+def test_mpt_7b_on_dgx_h100_scales_as_llm_foundry_measured():
+    """mosaicml/llm-foundry scripts/train/benchmarking/README.md (8c8dd48), H100 80GB BF16 large scale:
+    MPT-7B, micro-batch 6, sequence 2048: 1,340,830 tokens/s on 128 GPUs and 4,951,479 on 512, a per-GPU
+    efficiency of 0.923 relative to 128 GPUs."""
+    measured = (4_951_479 / 512) / (1_340_830 / 128)
+
+    def per_gpu(nodes: int) -> float:
+        r = api.estimate("mpt-7b", system="dgx-h100", nodes=nodes, strategy="fsdp", batch=6, seq_len=2048,
+                         precision="mixed")
+        assert r.results.gpus_total == 8 * nodes
+        return r.results.throughput_per_s / (8 * nodes)
+
+    predicted = per_gpu(64) / per_gpu(16)
+    assert predicted == pytest.approx(measured, rel=0.1)
+    # and near-linear against one GPU, not the 19% the single-HDR-port default gave
+    assert api.estimate("mpt-7b", system="dgx-h100", nodes=16, strategy="fsdp", batch=6).results \
+        .scaling_efficiency > 0.9
+
+
+def test_system_sets_gpu_count_topology_and_cloud_price(cli_json):
+    doc = cli_json("estimate", "--system", "aws-p5.48xlarge", "--model", "mpt-7b", "--strategy", "fsdp",
+                   "--tokens", "10B")
+    r = doc["results"]
+    assert doc["input"]["system"] == "aws-p5.48xlarge" and doc["input"]["resolved_id"] == "h100-sxm5-80gb"
+    assert r["gpus_total"] == 8
+    topo = r["estimate"]["topology"]
+    assert topo["system"] == "aws-p5-48xlarge" and topo["fabric"] == "nvswitch"
+    # AWS's on-demand price for the instance, per GPU-hour, becomes the run's price
+    assert r["price_per_gpu_hour_usd"] == pytest.approx(55.04 / 8)
+    assert r["cost_usd"] == pytest.approx(r["time_to_train"]["gpu_hours"] * 55.04 / 8)
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--system", "dgx-h100", "--gpu", "rtx-4090"], "holds h100-sxm5-80gb"),
+    (["--system", "dgx-h100", "--gpus", "16"], "holds 8 GPU(s)"),
+    (["--system", "no-such-box"], "unknown system"),
+    ([], "name a GPU or a system"),
+])
+def test_system_errors_exit_2_with_json(cli, args, message):
+    result = cli("estimate", "--model", "resnet50", *args, "--json")
+    assert result.exit_code == 2, (result.stdout, result.stderr)
+    doc = json.loads(result.stdout)
+    assert message in json.dumps(doc)
+
+
+def _scaling_check():
+    spec = importlib.util.spec_from_file_location("scaling_check", ROOT / "benchmarks" / "scaling_check.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["scaling_check"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_held_out_scaling_error_is_what_the_docs_quote():
+    """benchmarks/scaling_check.py over tests/data/scaling_refs.yaml (no constant fitted on it): the
+    median and 90th percentile quoted in docs/accuracy.md."""
+    check = _scaling_check()
+    out = check.check()
+    median, p90 = check.summary([r["error"] for r in out["rows"]])
+    text = (ROOT / "docs" / "accuracy.md").read_text()
+    assert f"median {median:.1%}" in text and f"90th percentile {p90:.1%}" in text, (median, p90)
+    assert median <= check.TARGET_MEDIAN
