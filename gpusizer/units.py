@@ -56,6 +56,24 @@ def parse_count(text: str, *, what: str = "value") -> int:
     return int(round(number))
 
 
+_DURATION_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?)\s*(h|d|w|hours?|days?|weeks?)\s*$", re.IGNORECASE)
+_HOURS_PER = {"h": 1.0, "d": 24.0, "w": 168.0}
+
+
+def parse_duration_hours(text: str, *, what: str = "duration") -> float:
+    """Parse a wall-clock duration such as ``14d``, ``36h`` or ``2w`` into hours.
+
+    Raises ``ValueError`` naming ``what`` for zero, a missing unit or anything else.
+    """
+    match = _DURATION_RE.match(str(text))
+    if not match:
+        raise ValueError(f"{what} {text!r} is not a duration; use a number with h, d or w, e.g. 36h, 14d, 2w")
+    hours = float(match.group(1)) * _HOURS_PER[match.group(2)[0].lower()]
+    if not hours > 0:
+        raise ValueError(f"{what} {text!r} must be longer than zero")
+    return hours
+
+
 def parse_size(text: str, *, what: str = "size", default_unit: str = "gib") -> int:
     """Parse a memory size such as ``24GiB``, ``1536MB`` or ``3.5`` into bytes.
 

@@ -873,7 +873,9 @@ def test_memory_only_exclusions_say_what_sharded_run_would_hold_the_model(cli_js
 
 def test_sharded_options_respect_budget_nodes_and_the_given_strategy(cli_json):
     # every suggestion must pass --budget at its own GPU count (launch prices)
-    doc = cli_json("recommend", "--workload", "llm-inference", "--model", "llama-2-70b", "--budget", "20000", code=4)
+    # (--gpus 1: one GPU each; without it the budget also chooses counts, see test_plan.py)
+    doc = cli_json("recommend", "--workload", "llm-inference", "--model", "llama-2-70b", "--budget", "20000",
+                   "--gpus", "1", code=4)
     prices = {g.id: g.launch_price_usd for g in CATALOG.gpus}
     assert {"rtx-5090"} <= {g for o in doc["results"]["sharded_options"] for g in o["gpu_ids"]}  # 8 x $1,999
     for opt in doc["results"]["sharded_options"]:

@@ -13,7 +13,9 @@ from gpusizer.domain.shape import ModelShape
 from gpusizer.errors import DataFileError, NothingFitsError, UsageError
 from gpusizer.hardware.catalog import Catalog
 from gpusizer.hardware.probe import ProbeReport
-from gpusizer.ranking.search import Recommendation
+from gpusizer.ranking.configs import Plan, PlanRequest
+from gpusizer.ranking.rules import RuleSet, Workload
+from gpusizer.ranking.search import Candidate, Recommendation, RecommendRequest
 
 
 class RecommendResult(Result):
@@ -24,17 +26,20 @@ class RecommendResult(Result):
 
     @property
     def fits(self) -> bool:
-        return bool(self.results.ranked)
+        plan = self.results.plan
+        return bool(plan.configurations) if plan is not None else bool(self.results.ranked)
 
 def recommend(
     workload: str, *, model: str | ModelShape | None = None, params: str | int | None = None,
     hf_config: str | Path | None = None, precision: str | None = None, batch: int | None = None,
     seq_len: int | None = None, image_size: int | None = None, flash_attention: bool = True,
-    optimizer: str = "adamw", strategy: str = "ddp", gpus: int = 1, nodes: int = 1, interconnect: str | None = None,
-    budget: float | None = None, max_power: float | None = None, require: Sequence[str] = (),
-    segments: Sequence[str] = (), top: int = 10, sort: str = "score", rules: Sequence[str | Path] = (),
-    probe: ProbeReport | None = None, catalog: Catalog | None = None, cache_dir: Path | None = None,
-    vendor: str = "nvidia",
+    optimizer: str = "adamw", strategy: str = "ddp", gpus: int | None = None, nodes: int = 1,
+    interconnect: str | None = None, budget: float | None = None, max_power: float | None = None,
+    require: Sequence[str] = (), segments: Sequence[str] = (), top: int = 10, sort: str = "score",
+    rules: Sequence[str | Path] = (), probe: ProbeReport | None = None, catalog: Catalog | None = None,
+    cache_dir: Path | None = None, vendor: str = "nvidia", deadline: str | None = None,
+    max_cost: float | None = None, budget_per_hour: float | None = None, tokens: str | int | None = None,
+    epochs: float | None = None, dataset_size: str | int | None = None,
 ) -> RecommendResult:
     """Rank GPUs for a workload (``cnn``, ``llm-train``, ``hpc``, ... or one from ``rules``),
     with every rule's contribution to each score.
@@ -46,6 +51,11 @@ def recommend(
     and the performance model's speed. ``probe`` ranks that machine's GPUs
     (``gpusizer.hardware.nvml.read_host()`` reads one) instead of the catalog.
 
+    Whole configurations (``results.plan``, ranking.plan): a ``budget`` without ``gpus`` buys as
+    many of each GPU as it can, ranked by predicted throughput; a ``deadline`` (``14d``), a
+    ``max_cost`` or a ``budget_per_hour`` in USD, with the job (``tokens``, or ``epochs`` of a
+    ``dataset_size``), picks node counts of the priced cloud systems (data/systems.yaml).
+
     >>> r = recommend("hpc", require=["ecc"], top=3)
     >>> len(r.results.ranked)
     3
@@ -54,15 +64,9 @@ def recommend(
     True
     """
     from gpusizer.ranking.rules import load_rules
-    from gpusizer.ranking.search import (
-        RecommendRequest,
-        candidates_from_catalog,
-        candidates_from_probe,
-        reference_shape,
-    )
     from gpusizer.ranking.search import recommend as _recommend
 
-    _check_cluster(gpus, nodes, None, 1, None)
+    _check_cluster(gpus or 1, nodes, None, 1, None)
     ruleset = load_rules([str(p) for p in rules], cache_dir=cache_dir)
     wl = ruleset.workload(workload)
     shape = None
@@ -72,37 +76,105 @@ def recommend(
         raise UsageError("a batch needs a model (by name, parameter count or HF config)", field="batch")
     req = RecommendRequest(
         workload=workload, precision=precision, shape=shape, batch=batch, seq_len=seq_len, image_size=image_size,
-        flash_attention=flash_attention, optimizer=optimizer, strategy=strategy, gpus_per_node=gpus, nodes=nodes,
+        flash_attention=flash_attention, optimizer=optimizer, strategy=strategy, gpus_per_node=gpus or 1, nodes=nodes,
         interconnect=interconnect, budget_usd=budget, max_power_w=max_power, require=tuple(require),
         segments=tuple(segments), top=top, sort=sort, vendor=vendor.lower(),
     )
-    notes: list[str] = []
     cat = catalog or load_catalog(cache_dir=cache_dir)
-    if probe is not None:
-        candidates, local_notes = candidates_from_probe(probe)
-        notes += list(local_notes)
-        if not candidates:
-            raise NothingFitsError("none of this machine's GPUs is in the catalog, so none can be ranked",
-                                   hint="add catalog entries for them (the probe can write starter entries)")
-    else:
-        candidates = candidates_from_catalog(cat.gpus)
-    reference = None
-    if shape is None and wl.speed.model is not None:
-        from gpusizer.models.zoo import load_zoo
-
-        try:
-            reference = reference_shape(wl, load_zoo(cache_dir=cache_dir))
-        except UsageError as exc:
-            raise DataFileError(f"{ruleset.speed_files.get(wl.name, 'rules')}: workload '{wl.name}': speed.model: "
-                                f"{exc.message}",
-                                hint="name a model from the zoo") from None
+    candidates, notes = _candidates(probe, cat)
+    reference = _reference(ruleset, wl, cache_dir) if shape is None else None
     rec = _recommend(candidates, ruleset, req, reference=reference, pool=cat.gpus)
+    preq = _plan_request(budget if gpus is None and probe is None else None, deadline, max_cost, budget_per_hour,
+                         tokens, epochs, dataset_size, top)
+    if preq is not None:
+        rec = rec.model_copy(update={"plan": _plan(preq, candidates, ruleset, req, reference, cat, cache_dir)})
     inputs = {
         "workload": workload, "precision": rec.precision, "model": shape.name if shape else None,
         "params": shape.params if shape else None, "batch": batch, "seq_len": seq_len, "image_size": image_size,
-        "flash_attention": flash_attention, "optimizer": optimizer, "strategy": strategy, "gpus_per_node": gpus,
+        "flash_attention": flash_attention, "optimizer": optimizer, "strategy": strategy, "gpus_per_node": gpus or 1,
         "nodes": nodes, "interconnect": interconnect, "budget_usd": budget, "max_power_w": max_power,
         "require": list(req.require), "segments": list(req.segments), "vendor": req.vendor, "top": top,
-        "sort": sort, "local": probe is not None, "rules_files": list(ruleset.files), "catalog_files": list(cat.files),
+        "sort": sort, "local": probe is not None, "objective": preq.objective if preq else None,
+        "deadline_hours": preq.deadline_hours if preq else None, "max_cost_usd": max_cost,
+        "budget_per_hour_usd": budget_per_hour, "tokens": preq.tokens if preq else None,
+        "samples": preq.samples if preq else None, "rules_files": list(ruleset.files), "catalog_files": list(cat.files),
     }
     return RecommendResult(input=inputs, results=rec, notes=(*notes, *rec.notes), rules_files=ruleset.files)
+
+
+def _candidates(probe: ProbeReport | None, cat: Catalog) -> tuple[tuple[Candidate, ...], list[str]]:
+    """This machine's GPUs (with notes) when a probe is given, else the catalog's."""
+    from gpusizer.ranking.search import candidates_from_catalog, candidates_from_probe
+
+    if probe is None:
+        return candidates_from_catalog(cat.gpus), []
+    candidates, local_notes = candidates_from_probe(probe)
+    if not candidates:
+        raise NothingFitsError("none of this machine's GPUs is in the catalog, so none can be ranked",
+                               hint="add catalog entries for them (the probe can write starter entries)")
+    return candidates, list(local_notes)
+
+
+def _reference(ruleset: RuleSet, wl: Workload, cache_dir: Path | None) -> ModelShape | None:
+    """The workload's reference model for the speed column, when no model is given."""
+    from gpusizer.ranking.search import reference_shape
+
+    if wl.speed.model is None:
+        return None
+    from gpusizer.models.zoo import load_zoo
+
+    try:
+        return reference_shape(wl, load_zoo(cache_dir=cache_dir))
+    except UsageError as exc:
+        raise DataFileError(f"{ruleset.speed_files.get(wl.name, 'rules')}: workload '{wl.name}': speed.model: "
+                            f"{exc.message}", hint="name a model from the zoo") from None
+
+
+def _plan(
+    preq: PlanRequest, candidates: Sequence[Candidate], ruleset: RuleSet, req: RecommendRequest,
+    reference: ModelShape | None, cat: Catalog, cache_dir: Path | None,
+) -> Plan:
+    from gpusizer.ranking.plan import plan_cloud, plan_purchase
+
+    if preq.objective == "budget":
+        return plan_purchase(candidates, ruleset, req, preq, reference=reference, pool=cat.gpus)
+    from gpusizer.hardware.systems import load_systems
+
+    return plan_cloud(load_systems(cache_dir=cache_dir).systems, cat.gpus, ruleset, req, preq, reference=reference,
+                      pool=cat.gpus)
+
+
+def _plan_request(
+    budget: float | None, deadline: str | None, max_cost: float | None, budget_per_hour: float | None,
+    tokens: str | int | None, epochs: float | None, dataset_size: str | int | None, top: int,
+) -> PlanRequest | None:
+    """The optimizer's objective, if the request asks for one: a cloud deadline, cost cap or hourly
+    budget (with the job), else a purchase budget with no GPU count given."""
+    from gpusizer.api._estimate import _training_amount
+    from gpusizer.units import parse_duration_hours
+
+    cloud = [n for n, v in (("deadline", deadline), ("max_cost", max_cost), ("budget_per_hour", budget_per_hour))
+             if v is not None]
+    if len(cloud) > 1:
+        raise UsageError(f"give one cloud objective, not {' and '.join(cloud)}", field=cloud[1])
+    if not cloud:
+        if tokens is not None or epochs is not None:
+            raise UsageError("a job (tokens or epochs) is for a cloud objective: a deadline, a cost cap or an "
+                             "hourly budget", field="tokens" if tokens is not None else "epochs")
+        return PlanRequest(objective="budget", budget_usd=budget, top=top) if budget is not None else None
+    amount = _training_amount(epochs, dataset_size, tokens)
+    hours = None
+    if deadline is not None:
+        try:
+            hours = parse_duration_hours(deadline, what="deadline")
+        except ValueError as exc:
+            raise UsageError(str(exc), field="deadline") from None
+    for value, field in ((max_cost, "max_cost"), (budget_per_hour, "budget_per_hour")):
+        if value is not None and not (0 < value < 1e12):
+            raise UsageError(f"{field.replace('_', ' ')} must be a positive number of US dollars", field=field)
+    if amount.tokens is None and amount.samples is None and budget_per_hour is None:
+        raise UsageError(f"a {cloud[0].replace('_', ' ')} needs the job: a token count, or epochs of a dataset size",
+                         hint="e.g. 1T tokens", field="tokens")
+    objective = {"deadline": "deadline", "max_cost": "max-cost", "budget_per_hour": "budget-per-hour"}[cloud[0]]
+    return PlanRequest(objective=objective, deadline_hours=hours, max_cost_usd=max_cost,
+                       budget_per_hour_usd=budget_per_hour, tokens=amount.tokens, samples=amount.samples, top=top)

@@ -17,7 +17,6 @@ from gpusizer.cli.options import (
     BatchOpt,
     CatalogOpt,
     FlashOpt,
-    GpusPerNodeOpt,
     HfConfigOpt,
     ImageOpt,
     InterconnectOpt,
@@ -61,7 +60,8 @@ RecPrecisionOptT = Annotated[PrecisionName | None, typer.Option(help=precision_h
     RULE_PRECISIONS, "Working precision (the rules are written for these; hpc defaults to fp64): "))]
 BudgetOpt = Annotated[float | None, typer.Option(
     "--budget", help="Total US dollars for all GPUs, at the catalog's dated street price where it has one, "
-                     "else the launch price. GPUs without a known price are excluded when a budget is given.")]
+                     "else the launch price. GPUs without a known price are excluded when a budget is given. "
+                     "Without --gpus, the tool also chooses how many of each GPU to buy.")]
 MaxPowerOpt = Annotated[float | None, typer.Option(
     "--max-power", help="Total board power in watts for all GPUs (TDP x count).")]
 RequireOpt = Annotated[list[str] | None, typer.Option(
@@ -77,6 +77,19 @@ SortOptT = Annotated[Sort, typer.Option(
 RulesOpt = Annotated[list[Path] | None, typer.Option(
     "--rules", readable=False, help="Extra rules YAML, repeatable: overrides or extends the bundled rules by workload and rule id "
                     "(see docs/rules.md).")]
+RecGpusOpt = Annotated[int | None, typer.Option(
+    "--gpus", min=1, help="GPUs per node. Default 1; with --budget and no --gpus, the tool chooses the count.")]
+DeadlineOpt = Annotated[str | None, typer.Option(
+    "--deadline", metavar="DURATION", help="Cloud: the cheapest configuration that trains the job (--tokens, or "
+                                           "--epochs with --dataset-size) within this time, e.g. 14d, 36h.")]
+MaxCostOpt = Annotated[float | None, typer.Option(
+    "--max-cost", min=0, metavar="USD", help="Cloud: the fastest configuration whose job costs at most this.")]
+PerHourOpt = Annotated[float | None, typer.Option(
+    "--budget-per-hour", min=0, metavar="USD", help="Cloud: the fastest configuration renting for at most this "
+                                                    "an hour.")]
+RecTokensOpt = Annotated[str | None, typer.Option("--tokens", help="The job for a cloud objective: tokens, e.g. 1T.")]
+RecEpochsOpt = Annotated[float | None, typer.Option("--epochs", min=0, help="The job: epochs (with --dataset-size).")]
+RecDatasetOpt = Annotated[str | None, typer.Option("--dataset-size", help="Samples per epoch, e.g. 1.28M.")]
 ShowExcludedOpt = Annotated[bool, typer.Option("--show-excluded", help="List excluded GPUs and why.")]
 LocalOpt = Annotated[bool, typer.Option("--local", help="Rank this machine's GPUs (NVML), with their free memory.")]
 
@@ -97,10 +110,16 @@ def recommend_cmd(
     image_size: ImageOpt = None,
     optimizer: OptimizerOptT = "adamw",
     strategy: StrategyOptT = "ddp",
-    gpus: GpusPerNodeOpt = 1,
+    gpus: RecGpusOpt = None,
     nodes: NodesOpt = 1,
     interconnect: InterconnectOpt = None,
     budget: BudgetOpt = None,
+    deadline: DeadlineOpt = None,
+    max_cost: MaxCostOpt = None,
+    budget_per_hour: PerHourOpt = None,
+    tokens: RecTokensOpt = None,
+    epochs: RecEpochsOpt = None,
+    dataset_size: RecDatasetOpt = None,
     max_power: MaxPowerOpt = None,
     require: RequireOpt = None,
     segment: SegmentOpt = None,
@@ -123,7 +142,8 @@ def recommend_cmd(
         optimizer=optimizer, strategy=strategy, gpus=gpus, nodes=nodes, interconnect=interconnect,
         budget=budget, max_power=max_power, require=_split(require), segments=_split(segment), top=top,
         sort=sort, rules=[str(p) for p in rules or ()], probe=cli._local_report(catalog) if local else None,
-        catalog=cli._load_catalog(catalog), cache_dir=cli._cache_dir(), vendor=vendor,
+        catalog=cli._load_catalog(catalog), cache_dir=cli._cache_dir(), vendor=vendor, deadline=deadline,
+        max_cost=max_cost, budget_per_hour=budget_per_hour, tokens=tokens, epochs=epochs, dataset_size=dataset_size,
     )
     if json_out:
         from gpusizer.render.common import emit_json

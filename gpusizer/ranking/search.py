@@ -35,6 +35,7 @@ from gpusizer.errors import UsageError
 from gpusizer.hardware.catalog import SEGMENTS, TENSOR_FIELDS, VENDORS, Gpu, Price
 from gpusizer.memory.estimate import fewest_gpus, largest_batch
 from gpusizer.memory.fit import Capacity, CapacitySource, GpuFit, fit_model
+from gpusizer.ranking.configs import Plan
 from gpusizer.ranking.rules import (
     DERIVED_FIELDS,
     ORDERED_VALUES,
@@ -125,6 +126,8 @@ class RecommendRequest(BaseModel):
     gpus_per_node: int = 1
     nodes: int = 1
     interconnect: str | None = None
+    #: a node type (data/systems.yaml) whose fabric and NICs the speed is timed on
+    system: str | None = None
     #: total for all GPUs (gpus_per_node x nodes), in US dollars
     budget_usd: float | None = None
     #: total board power of all GPUs, in watts
@@ -200,6 +203,8 @@ class Speed(BaseModel):
     transport: str | None = None
     #: throughput / the best throughput among the listed GPUs
     relative: float | None = None
+    #: tokens in one sample of a sequence model (to turn a token count into samples); None otherwise
+    tokens_per_sample: int | None = None
     note: str | None = None
 
 
@@ -282,6 +287,8 @@ class Recommendation(BaseModel):
     excluded: tuple[GpuResult, ...]
     #: GPUs excluded only by the memory fit, and what a sharded run on them needs
     sharded_options: tuple[ShardedOption, ...] = ()
+    #: whole configurations chosen for an objective (budget, deadline, ...; ranking.plan)
+    plan: Plan | None = None
     notes: tuple[str, ...] = ()
 
 
@@ -1042,13 +1049,20 @@ def _speed(
     from gpusizer.performance.estimate import estimate_performance
 
     try:
+        topology = None
+        if req.system is not None:
+            from gpusizer.performance.topology import node_topology
+
+            topology = node_topology(gpu, req.gpus_per_node, req.nodes, system=req.system,
+                                     interconnect=req.interconnect)
         est = estimate_performance(gpu, shape, perf_cfg, nodes=req.nodes, interconnect=req.interconnect, tf32=tf32,
-                                   compute_precision=precision)
+                                   compute_precision=precision, topology=topology)
     except UsageError as exc:
         return Speed(method="performance-model", throughput_per_s=None, unit="", note=exc.message)
     return Speed(
         method="performance-model", throughput_per_s=est.throughput_per_s, unit=est.throughput_unit,
         per_gpu_throughput_per_s=est.per_gpu_throughput_per_s, batch=batch, bound=est.bound,
         scaling_efficiency=est.scaling_efficiency, error_band=est.error_band,
-        transport=est.transport, note="; ".join(est.notes) or None,
+        transport=est.transport, tokens_per_sample=est.tokens_per_sample if est.throughput_unit != "tokens/s" else 1,
+        note="; ".join(est.notes) or None,
     )

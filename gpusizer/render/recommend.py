@@ -16,6 +16,7 @@ from gpusizer.units import format_bytes, format_count
 if TYPE_CHECKING:
     from rich.text import Text
 
+    from gpusizer.ranking.configs import Plan
     from gpusizer.ranking.search import GpuResult, Recommendation
 
 #: Column labels for key-spec fields; {p} is the working precision.
@@ -195,6 +196,33 @@ def sharded_text(rec: Recommendation) -> str:
     return "\n".join(lines)
 
 
+def _hours_cell(hours: float | None) -> str:
+    if hours is None:
+        return NA
+    return f"{hours / 24:,.1f} d" if hours >= 48 else f"{hours:,.1f} h"
+
+
+def plan_text(plan: Plan) -> str:
+    """The configurations, best first by the objective, with one line of reasons under each."""
+    cloud = plan.objective != "budget"
+    unit = next((UNIT_SHORT.get(c.unit, c.unit) for c in plan.configurations), "speed")
+    headers = ["#", "configuration", "GPUs", unit, "scaling", *(["$/hour", "time", "cost"] if cloud else ["price"])]
+    numeric = [True, False, True, True, True, *([True] * (3 if cloud else 1))]
+    rows = []
+    for c in plan.configurations:
+        money = ([fmt(c.usd_per_hour), _hours_cell(c.hours), f"${c.cost_usd:,.0f}" if c.cost_usd is not None else NA]
+                 if cloud else [f"${c.price_total_usd:,.0f}" if c.price_total_usd is not None else NA])
+        eff = f"{c.scaling_efficiency:.0%}" if c.scaling_efficiency is not None else NA
+        rows.append([str(c.rank), c.label, str(c.gpus_total), f"{c.throughput_per_s:,.0f}", eff, *money])
+    head, lines = _layout(headers, rows, numeric)
+    out = [head, "-" * len(head)]
+    for c, line in zip(plan.configurations, lines, strict=True):
+        out.append(line)
+        why = f"{c.strategy}, score {c.score:.0f}/100" + (f": {', '.join(c.reason_fields)}" if c.reason_fields else "")
+        out.append("    " + why)
+    return "\n".join(out)
+
+
 def recommend_renderables(
     rec: Recommendation, *, show_excluded: bool = False, rules_files: tuple[str, ...] = (),
 ) -> list[Text]:
@@ -206,6 +234,14 @@ def recommend_renderables(
         line.append(value)
         parts.append(line)
     parts.append(Text(""))
+    if rec.plan is not None:
+        plan = rec.plan
+        title = f"Configurations for {plan.goal} ({len(plan.configurations)} of {plan.met}, {plan.considered} assessed)"
+        parts.append(Text(title, style="bold"))
+        parts.append(Text(plan_text(plan), no_wrap=True, overflow="ignore") if plan.configurations
+                     else Text("None meets the objective."))
+        parts += [Text(f"  {note}") for note in plan.notes[:2]]
+        parts.append(Text(""))
     if rec.ranked:
         title = f"Top {len(rec.ranked)} of {rec.qualified} qualifying GPUs, by {rec.sort}"
         parts += [Text(title, style="bold"), Text(ranking_text(rec), no_wrap=True, overflow="ignore")]

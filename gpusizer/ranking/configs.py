@@ -1,0 +1,75 @@
+"""The configurations recommend's optimizer (ranking.plan) answers with: the request, each
+configuration and the plan. Plain frozen models, shared by ranking.search (a Recommendation
+carries its plan) and ranking.plan."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from gpusizer.hardware.catalog import Price
+
+Objective = Literal["budget", "deadline", "max-cost", "budget-per-hour"]
+_FROZEN = ConfigDict(frozen=True)
+
+
+class PlanRequest(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    objective: Objective
+    budget_usd: float | None = None
+    deadline_hours: float | None = None
+    max_cost_usd: float | None = None
+    budget_per_hour_usd: float | None = None
+    #: the job, for the cloud objectives: tokens, or samples (epochs x dataset size)
+    tokens: float | None = None
+    samples: float | None = None
+    top: int = 10
+
+
+class Configuration(BaseModel):
+    """One configuration and what the engine predicts for it."""
+
+    model_config = _FROZEN
+
+    rank: int = 0
+    label: str
+    gpu_id: str
+    #: the system (data/systems.yaml) for a cloud configuration
+    system: str | None = None
+    gpus_per_node: int
+    nodes: int
+    gpus_total: int
+    strategy: str
+    throughput_per_s: float
+    unit: str
+    #: tokens in one of the unit's samples (1 for tokens/s); None: not a sequence model
+    tokens_per_sample: int | None = None
+    scaling_efficiency: float | None = None
+    #: capex: the GPUs' price in all, and its basis (street or launch, with the date)
+    price_total_usd: float | None = None
+    price: Price | None = None
+    #: cloud: the whole configuration's on-demand price per hour
+    usd_per_hour: float | None = None
+    #: the job's wall time and cost (cloud), given tokens or samples
+    hours: float | None = None
+    cost_usd: float | None = None
+    #: the GPU's rule score (0..100), its top reasons (one line each) and the fields they score
+    score: float
+    reasons: tuple[str, ...] = ()
+    reason_fields: tuple[str, ...] = ()
+    advisories: tuple[str, ...] = ()
+
+
+class Plan(BaseModel):
+    model_config = _FROZEN
+
+    objective: Objective
+    #: the objective in words: "the most images/s for $10,000 of GPUs"
+    goal: str
+    configurations: tuple[Configuration, ...]
+    #: configurations assessed, and how many met the objective
+    considered: int
+    met: int
+    notes: tuple[str, ...] = ()

@@ -1,0 +1,233 @@
+"""recommend as an optimizer: whole configurations (GPU or system x GPUs per node x nodes x strategy)
+chosen for an objective, each assessed by the same pipeline as a single GPU (ranking.search.recommend:
+the rules, the memory fit and the performance model), so a configuration's speed, fit and flags are
+exactly what ``recommend --gpus N --nodes K`` and ``estimate`` say for it.
+
+Objectives:
+
+- ``budget``: capex. For each GPU that qualifies, as many as the budget buys at its street price (else
+  its launch price), up to ``max_gpus_per_node`` per node in whole nodes; ranked by predicted
+  throughput. GPU prices only: hosts and networking are not counted, and the notes say so.
+- ``deadline``: cloud. For each priced cloud system whose GPU qualifies, the fewest nodes (1, 2, 4, ...)
+  that train ``tokens`` or ``samples`` within the deadline; ranked by the job's cost.
+- ``max-cost``: cloud. The fastest node count whose job cost stays within the cap; ranked by time.
+- ``budget-per-hour``: cloud. The most nodes the hourly budget rents; ranked by time.
+
+Where data parallelism does not fit the model, training is sharded (fsdp) and inference split by
+tensor parallelism, as ``fit-model`` suggests. Pure: no printing, no environment.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from gpusizer.domain.parallelism import sharding_alternative
+from gpusizer.domain.shape import ModelShape
+from gpusizer.errors import UsageError
+from gpusizer.hardware.catalog import Gpu
+from gpusizer.hardware.systems import System
+from gpusizer.ranking.configs import Configuration, Plan, PlanRequest
+from gpusizer.ranking.rules import RuleSet
+from gpusizer.ranking.search import Candidate, GpuResult, RecommendRequest, recommend
+from gpusizer.units import format_count
+
+#: the node sizes a purchase is built from: an 8-GPU server is the largest common PCIe or HGX node
+MAX_GPUS_PER_NODE = 8
+#: cloud node counts tried: 1, 2, 4, ... up to this
+MAX_NODES = 128
+
+
+def plan_purchase(
+    candidates: Sequence[Candidate], rules: RuleSet, req: RecommendRequest, preq: PlanRequest, *,
+    reference: ModelShape | None = None, pool: Sequence[Gpu] | None = None,
+) -> Plan:
+    """Capex: the count of each qualifying GPU the budget buys, ranked by predicted throughput."""
+    budget = preq.budget_usd
+    if budget is None:
+        raise UsageError("a purchase plan needs a budget", field="budget_usd")
+    single = req.model_copy(update={"gpus_per_node": 1, "nodes": 1, "top": None})
+    base = recommend(candidates, rules, single, reference=reference, pool=pool)
+    by_id = {c.gpu.id: c for c in candidates}
+    configs: list[Configuration] = []
+    considered = 0
+    for res in _qualifying(base):
+        if res.price is None or res.price.usd > budget:
+            continue
+        gpu = by_id[res.gpu_id].gpu
+        # several nodes only for GPUs that reach across nodes with GPUDirect RDMA; others stay in one box
+        most = MAX_GPUS_PER_NODE * (MAX_NODES if gpu.gpudirect_rdma else 1)
+        count = min(int(budget // res.price.usd), most)
+        # all the budget buys, and the largest power of two below it (tensor parallelism must divide the heads)
+        options = []
+        for n in dict.fromkeys((count, 1 << (count.bit_length() - 1))):
+            gpn = min(n, MAX_GPUS_PER_NODE)
+            considered += 1
+            cfg = _assess(by_id[res.gpu_id], rules, req, gpn, n // gpn, reference, pool)
+            if cfg is not None:
+                options.append(cfg)
+        if options:
+            configs.append(max(options, key=lambda c: c.throughput_per_s))
+    configs.sort(key=lambda c: (-c.throughput_per_s, -c.score, c.gpu_id))
+    unit = configs[0].unit if configs else "throughput"
+    notes = ("GPU prices only (street, else launch): no hosts, power or networking",
+             f"as many as the budget buys, {MAX_GPUS_PER_NODE} per node; more nodes only with GPUDirect RDMA")
+    return Plan(objective="budget", goal=f"the most {unit} for ${budget:,.0f} of GPUs",
+                configurations=_numbered(configs, preq.top), considered=considered, met=len(configs),
+                notes=notes + tuple(base.notes))
+
+
+def plan_cloud(
+    systems: Sequence[System], gpus: Sequence[Gpu], rules: RuleSet, req: RecommendRequest, preq: PlanRequest, *,
+    reference: ModelShape | None = None, pool: Sequence[Gpu] | None = None,
+) -> Plan:
+    """Cloud: node counts of each priced cloud system whose GPU qualifies, for the objective."""
+    if preq.tokens is None and preq.samples is None and preq.objective != "budget-per-hour":
+        raise UsageError("a cloud plan needs the job: a token count, or epochs of a dataset size", field="tokens")
+    by_id = {g.id: g for g in gpus}
+    priced = [s for s in systems if s.kind == "cloud" and s.usd_per_gpu_hour is not None and s.gpu in by_id]
+    cands = [Candidate(gpu=by_id[g], label=g, capacity_bytes=by_id[g].memory_bytes)
+             for g in dict.fromkeys(s.gpu for s in priced)]
+    single = req.model_copy(update={"gpus_per_node": 1, "nodes": 1, "top": None, "budget_usd": None})
+    base = recommend(cands, rules, single, reference=reference, pool=pool)
+    ok = {r.gpu_id for r in _qualifying(base)}
+    configs: list[Configuration] = []
+    considered = 0
+    for system in priced:
+        if system.gpu not in ok:
+            continue
+        best, tried = _cloud_choice(system, by_id[system.gpu], rules, req, preq, reference, pool)
+        considered += tried
+        if best is not None:
+            configs.append(best)
+    key = (lambda c: (c.cost_usd or math.inf, c.hours or math.inf)) if preq.objective == "deadline" else (
+        lambda c: (c.hours if c.hours is not None else -c.throughput_per_s, c.cost_usd or math.inf))
+    configs.sort(key=key)
+    notes = ("on-demand list prices, dated in 'gpusizer systems list'; no storage, egress or discounts",)
+    return Plan(objective=preq.objective, goal=_cloud_goal(preq), configurations=_numbered(configs, preq.top),
+                considered=considered, met=len(configs), notes=notes + tuple(base.notes))
+
+
+# --------------------------------------------------------------------------
+
+
+def _qualifying(rec: Any) -> list[GpuResult]:
+    """GPUs that qualify at one GPU, and those excluded only because one GPU does not hold the model
+    (a sharded configuration may)."""
+    shardable = [r for r in rec.excluded if r.excluded_by and all(f.kind == "fit" for f in r.excluded_by)]
+    return [*rec.ranked, *rec.beyond_top, *shardable]
+
+
+def _assess(
+    cand: Candidate, rules: RuleSet, req: RecommendRequest, gpn: int, nodes: int,
+    reference: ModelShape | None, pool: Sequence[Gpu] | None, system: System | None = None,
+) -> Configuration | None:
+    """One configuration through the single-GPU pipeline; data parallel first, then sharded
+    (fsdp for training, tp inside a node for inference) if the model does not fit."""
+    mode = rules.workload(req.workload).mode
+    strategies = [req.strategy] if gpn * nodes == 1 else list(dict.fromkeys(
+        [req.strategy, sharding_alternative(req.strategy, mode)]))
+    for strategy in strategies:
+        one = req.model_copy(update={"gpus_per_node": gpn, "nodes": nodes, "strategy": strategy, "top": None,
+                                     "system": system.id if system else None,
+                                     "budget_usd": None if system else req.budget_usd})
+        try:
+            rec = recommend([cand], rules, one, reference=reference, pool=pool)
+        except UsageError:
+            continue  # a layout this strategy cannot take (tp that does not divide the heads)
+        if rec.ranked:
+            return _config(rec.ranked[0], gpn, nodes, strategy, system)
+    return None
+
+
+def _config(r: GpuResult, gpn: int, nodes: int, strategy: str, system: System | None) -> Configuration | None:
+    speed = r.speed
+    if speed is None or speed.throughput_per_s is None:
+        return None
+    total = gpn * nodes
+    where = f"{nodes} x {system.id}" if system else (f"{gpn} x {r.gpu_id}" if nodes == 1
+                                                      else f"{nodes} nodes x {gpn} x {r.gpu_id}")
+    top = r.reasons[:2]
+    return Configuration(
+        label=where, gpu_id=r.gpu_id, system=system.id if system else None, gpus_per_node=gpn, nodes=nodes,
+        gpus_total=total, strategy=strategy, throughput_per_s=speed.throughput_per_s, unit=speed.unit,
+        tokens_per_sample=speed.tokens_per_sample, scaling_efficiency=speed.scaling_efficiency,
+        price_total_usd=r.price.usd * total if r.price is not None and system is None else None,
+        price=r.price if system is None else None,
+        usd_per_hour=(system.price.on_demand_usd_per_hour * nodes
+                      if system is not None and system.price and system.price.on_demand_usd_per_hour else None),
+        score=r.score, reasons=tuple(c.message for c in top), reason_fields=tuple(c.field for c in top), advisories=tuple(a.message for a in r.advisories),
+    )
+
+
+def _hours(cfg: Configuration, preq: PlanRequest) -> float | None:
+    tokens_per_sample = cfg.tokens_per_sample
+    if preq.tokens is not None:
+        if not tokens_per_sample:
+            raise UsageError("a token count needs a sequence model", hint="give epochs of a dataset size instead",
+                             field="tokens")
+        return preq.tokens / (cfg.throughput_per_s * tokens_per_sample) / 3600
+    if preq.samples is not None:
+        return preq.samples / cfg.throughput_per_s / 3600
+    return None
+
+
+def _cloud_choice(
+    system: System, gpu: Gpu, rules: RuleSet, req: RecommendRequest, preq: PlanRequest,
+    reference: ModelShape | None, pool: Sequence[Gpu] | None,
+) -> tuple[Configuration | None, int]:
+    """The node count of ``system`` that meets the objective best, and how many counts were tried."""
+    cand = Candidate(gpu=gpu, label=system.id, capacity_bytes=gpu.memory_bytes)
+    per_hour = system.price.on_demand_usd_per_hour if system.price else None
+    assert per_hour is not None
+    chosen: Configuration | None = None
+    tried = 0
+    nodes = 1
+    while nodes <= MAX_NODES:
+        if preq.budget_per_hour_usd is not None and per_hour * nodes > preq.budget_per_hour_usd:
+            break
+        tried += 1
+        cfg = _assess(cand, rules, req, system.gpus, nodes, reference, pool, system)
+        if cfg is not None:
+            hours = _hours(cfg, preq)
+            cost = hours * per_hour * nodes if hours is not None else None
+            cfg = cfg.model_copy(update={"hours": hours, "cost_usd": cost})
+            if preq.objective == "deadline":
+                assert preq.deadline_hours is not None
+                if hours is not None and hours <= preq.deadline_hours:
+                    return cfg, tried
+            elif preq.objective == "max-cost":
+                assert preq.max_cost_usd is not None
+                if cost is not None and cost <= preq.max_cost_usd and (
+                        chosen is None or (chosen.hours or math.inf) > (hours or math.inf)):
+                    chosen = cfg
+            else:
+                chosen = cfg
+        nodes *= 2
+    return chosen, tried
+
+
+def _amount(value: float) -> str:
+    """A count as given (1T, 300B, 1.28M) where 3 significant figures hold it exactly, else in full."""
+    short = format_count(value)
+    return short if float(f"{value:.3g}") == value else f"{value:,.0f}"
+
+
+def _duration(hours: float) -> str:
+    return f"{hours / 24:,.4g} days" if hours >= 48 else f"{hours:,.4g} hours"
+
+
+def _cloud_goal(preq: PlanRequest) -> str:
+    job = (f"{_amount(preq.tokens)} tokens" if preq.tokens is not None
+           else f"{_amount(preq.samples)} samples" if preq.samples is not None else "the run")
+    if preq.objective == "deadline":
+        assert preq.deadline_hours is not None
+        return f"the cheapest cloud configuration that trains {job} within {_duration(preq.deadline_hours)}"
+    if preq.objective == "max-cost":
+        return f"the fastest cloud configuration that trains {job} for at most ${preq.max_cost_usd:,.0f}"
+    return f"the fastest cloud configuration renting for at most ${preq.budget_per_hour_usd:,.2f} an hour"
+
+
+def _numbered(configs: Sequence[Configuration], top: int) -> tuple[Configuration, ...]:
+    return tuple(c.model_copy(update={"rank": i}) for i, c in enumerate(configs[:top], 1))
