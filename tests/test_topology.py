@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 import gpusizer.cli.estimate  # noqa: F401  (registers the command on the shared app)
+import gpusizer.cli.fit  # noqa: F401
+import gpusizer.cli.recommend  # noqa: F401
 from gpusizer import api
 from gpusizer.hardware.catalog import load_catalog
 from gpusizer.performance.calibration import load_interconnects
@@ -123,3 +125,18 @@ def test_held_out_scaling_error_is_what_the_docs_quote():
     text = (ROOT / "docs" / "accuracy.md").read_text()
     assert f"median {median:.1%}" in text and f"90th percentile {p90:.1%}" in text, (median, p90)
     assert median <= check.TARGET_MEDIAN
+
+
+def test_fit_model_and_recommend_take_a_system(cli_json):
+    """--system sets the GPU and its count on fit-model and recommend as on estimate."""
+    fit = cli_json("fit-model", "--model", "llama-3.1-8b", "--system", "dgx-h100", "--strategy", "fsdp",
+                   "--checkpointing")
+    assert fit["input"]["gpus"] == 8
+    assert [g["gpu_id"] for g in fit["results"]["gpus"]] == ["h100-sxm5-80gb"]
+    rec = cli_json("recommend", "--workload", "llm-train", "--model", "llama-3.1-8b", "--system", "dgx-h100",
+                   "--strategy", "fsdp")
+    assert rec["input"]["system"] == "nvidia-dgx-h100" and rec["results"]["gpus_per_node"] == 8
+    (row,) = rec["results"]["ranked"]
+    assert row["gpu_id"] == "h100-sxm5-80gb" and row["speed"]["transport"] == "nvlink"
+    same = api.estimate("llama-3.1-8b", system="dgx-h100", strategy="fsdp", batch=row["speed"]["batch"])
+    assert row["speed"]["throughput_per_s"] == pytest.approx(same.results.throughput_per_s)

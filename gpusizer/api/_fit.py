@@ -77,7 +77,8 @@ def fit_model(
     model: str | ModelShape | None = None, *, params: str | int | None = None, hf_config: str | Path | None = None,
     hf_model: str | None = None, torch_model: str | None = None, input_shape: str | Sequence[int] | None = None,
     trust_remote_code: bool = False,
-    gpu: str | Sequence[str] | None = None, probe: ProbeReport | None = None, memory: Sequence[str | int] = (),
+    gpu: str | Sequence[str] | None = None, system: str | None = None, probe: ProbeReport | None = None,
+    memory: Sequence[str | int] = (),
     method: Literal["physics", "rule-of-thumb", "exact"] = "physics", run: RunConfig | None = None,
     catalog: Catalog | None = None, cache_dir: Path | None = None, progress: Callable[[str], None] | None = None,
     **settings: Any,
@@ -107,6 +108,17 @@ def fit_model(
     """
     if method not in ("physics", "rule-of-thumb", "exact"):
         raise UsageError(f"method {method!r} is not physics, rule-of-thumb or exact", field="method")
+    if system is not None:
+        # a system checks its own GPU at its own count, unless a count is given
+        from gpusizer.hardware.systems import load_systems
+
+        if gpu or probe is not None:
+            raise UsageError("check a system, or named GPUs, not both", field="gpu")
+        sys_ = load_systems(cache_dir=cache_dir).resolve(system)
+        gpu = sys_.gpu
+        settings = {**settings, "gpus": settings.get("gpus") or sys_.gpus}
+    elif settings.get("gpus") is None:
+        settings.pop("gpus", None)
     _check_range(settings.get("context_bytes"), "context_bytes", "the fixed overhead in bytes", 0, MAX_OVERHEAD_BYTES)
     cfg = _run(run, settings)
     shape, source = _model_for(method, model, params, hf_config, hf_model, torch_model, input_shape,

@@ -39,7 +39,7 @@ def recommend(
     rules: Sequence[str | Path] = (), probe: ProbeReport | None = None, catalog: Catalog | None = None,
     cache_dir: Path | None = None, vendor: str = "nvidia", deadline: str | None = None,
     max_cost: float | None = None, budget_per_hour: float | None = None, tokens: str | int | None = None,
-    epochs: float | None = None, dataset_size: str | int | None = None,
+    epochs: float | None = None, dataset_size: str | int | None = None, system: str | None = None,
 ) -> RecommendResult:
     """Rank GPUs for a workload (``cnn``, ``llm-train``, ``hpc``, ... or one from ``rules``),
     with every rule's contribution to each score.
@@ -55,6 +55,7 @@ def recommend(
     many of each GPU as it can, ranked by predicted throughput; a ``deadline`` (``14d``), a
     ``max_cost`` or a ``budget_per_hour`` in USD, with the job (``tokens``, or ``epochs`` of a
     ``dataset_size``), picks node counts of the priced cloud systems (data/systems.yaml).
+    ``system`` assesses one node type: its GPU, at its count (unless ``gpus``), on its fabric and NICs.
 
     >>> r = recommend("hpc", require=["ecc"], top=3)
     >>> len(r.results.ranked)
@@ -66,6 +67,14 @@ def recommend(
     from gpusizer.ranking.rules import load_rules
     from gpusizer.ranking.search import recommend as _recommend
 
+    sys_ = None
+    if system is not None:
+        from gpusizer.hardware.systems import load_systems
+
+        if probe is not None:
+            raise UsageError("rank this machine's GPUs or a system, not both", field="system")
+        sys_ = load_systems(cache_dir=cache_dir).resolve(system)
+        gpus = gpus or sys_.gpus
     _check_cluster(gpus or 1, nodes, None, 1, None)
     ruleset = load_rules([str(p) for p in rules], cache_dir=cache_dir)
     wl = ruleset.workload(workload)
@@ -78,10 +87,12 @@ def recommend(
         workload=workload, precision=precision, shape=shape, batch=batch, seq_len=seq_len, image_size=image_size,
         flash_attention=flash_attention, optimizer=optimizer, strategy=strategy, gpus_per_node=gpus or 1, nodes=nodes,
         interconnect=interconnect, budget_usd=budget, max_power_w=max_power, require=tuple(require),
-        segments=tuple(segments), top=top, sort=sort, vendor=vendor.lower(),
+        segments=tuple(segments), top=top, sort=sort, vendor=vendor.lower(), system=sys_.id if sys_ else None,
     )
     cat = catalog or load_catalog(cache_dir=cache_dir)
     candidates, notes = _candidates(probe, cat)
+    if sys_ is not None:
+        candidates = tuple(c for c in candidates if c.gpu.id == sys_.gpu)
     reference = _reference(ruleset, wl, cache_dir) if shape is None else None
     rec = _recommend(candidates, ruleset, req, reference=reference, pool=cat.gpus)
     preq = _plan_request(budget if gpus is None and probe is None else None, deadline, max_cost, budget_per_hour,
@@ -94,7 +105,7 @@ def recommend(
         "flash_attention": flash_attention, "optimizer": optimizer, "strategy": strategy, "gpus_per_node": gpus or 1,
         "nodes": nodes, "interconnect": interconnect, "budget_usd": budget, "max_power_w": max_power,
         "require": list(req.require), "segments": list(req.segments), "vendor": req.vendor, "top": top,
-        "sort": sort, "local": probe is not None, "objective": preq.objective if preq else None,
+        "sort": sort, "local": probe is not None, "system": sys_.id if sys_ else None, "objective": preq.objective if preq else None,
         "deadline_hours": preq.deadline_hours if preq else None, "max_cost_usd": max_cost,
         "budget_per_hour_usd": budget_per_hour, "tokens": preq.tokens if preq else None,
         "samples": preq.samples if preq else None, "rules_files": list(ruleset.files), "catalog_files": list(cat.files),

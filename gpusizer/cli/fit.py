@@ -41,6 +41,7 @@ from gpusizer.cli.options import (
     QloraOpt,
     SeqOpt,
     StrategyOptT,
+    SystemOpt,
     TopOpt,
     TorchModelOpt,
     TrainOpt,
@@ -105,7 +106,9 @@ def fit_model_cmd(
     offload_to: OffloadToOpt = "cpu",
     head: HeadOptT = "lm",
     grad_accumulation: GradAccumOpt = 1,
-    gpus: Annotated[int, typer.Option(min=1, help="GPUs the run is spread over.")] = 1,
+    gpus: Annotated[int | None, typer.Option(
+        min=1, help="GPUs the run is spread over. Default 1, or the --system's count.")] = None,
+    system: SystemOpt = None,
     strategy: StrategyOptT = "ddp",
     gpu: Annotated[list[str] | None, typer.Option("--gpu", help="Check these GPUs (repeatable). Default: the whole catalog.")] = None,
     local: Annotated[bool, typer.Option("--local", help="Check this machine's GPUs and their free memory (NVML).")] = False,
@@ -131,7 +134,8 @@ def fit_model_cmd(
     with _tracing_status(ctx, enabled=method == "exact" and not json_out) as progress:
         result = api.fit_model(
             model, params=params, hf_config=hf_config, hf_model=hf_model, torch_model=torch_model,
-            input_shape=input_shape, trust_remote_code=trust_remote_code, progress=progress, gpu=gpu, probe=_local_report(catalog) if local else None,
+            input_shape=input_shape, trust_remote_code=trust_remote_code, progress=progress, gpu=gpu, system=system,
+            probe=_local_report(catalog) if local else None,
             memory=memory or (),
             method=method, catalog=None if local else _load_catalog(catalog), cache_dir=_cache_dir(),
             mode=mode, precision=precision, optimizer=optimizer, optimizer_impl=optimizer_impl,

@@ -113,6 +113,7 @@ def recommend_cmd(
     gpus: RecGpusOpt = None,
     nodes: NodesOpt = 1,
     interconnect: InterconnectOpt = None,
+    system: cli.SystemOpt = None,
     budget: BudgetOpt = None,
     deadline: DeadlineOpt = None,
     max_cost: MaxCostOpt = None,
@@ -144,6 +145,7 @@ def recommend_cmd(
         sort=sort, rules=[str(p) for p in rules or ()], probe=cli._local_report(catalog) if local else None,
         catalog=cli._load_catalog(catalog), cache_dir=cli._cache_dir(), vendor=vendor, deadline=deadline,
         max_cost=max_cost, budget_per_hour=budget_per_hour, tokens=tokens, epochs=epochs, dataset_size=dataset_size,
+        system=system,
     )
     if json_out:
         from gpusizer.render.common import emit_json
