@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-import gpusizer.cli.estimate  # noqa: F401  (registers the command on the shared app)
-import gpusizer.cli.fit  # noqa: F401
+import gpusizer.cli.estimate
+import gpusizer.cli.fit
 import gpusizer.cli.recommend  # noqa: F401
 from gpusizer import api
 from gpusizer.hardware.catalog import load_catalog

@@ -73,6 +73,21 @@ class FitModelResult(Result):
     def fits(self) -> bool:
         return bool(self.results.fits_on)
 
+def _system_gpus(
+    system: str | None, gpu: str | Sequence[str] | None, probe: ProbeReport | None, settings: dict[str, Any],
+    cache_dir: Path | None,
+) -> tuple[str | Sequence[str] | None, dict[str, Any]]:
+    """A system checks its own GPU at its own count, unless a count is given; None counts are dropped."""
+    if system is None:
+        return gpu, {k: v for k, v in settings.items() if not (k == "gpus" and v is None)}
+    from gpusizer.hardware.systems import load_systems
+
+    if gpu or probe is not None:
+        raise UsageError("check a system, or named GPUs, not both", field="gpu")
+    sys_ = load_systems(cache_dir=cache_dir).resolve(system)
+    return sys_.gpu, {**settings, "gpus": settings.get("gpus") or sys_.gpus}
+
+
 def fit_model(
     model: str | ModelShape | None = None, *, params: str | int | None = None, hf_config: str | Path | None = None,
     hf_model: str | None = None, torch_model: str | None = None, input_shape: str | Sequence[int] | None = None,
@@ -108,17 +123,7 @@ def fit_model(
     """
     if method not in ("physics", "rule-of-thumb", "exact"):
         raise UsageError(f"method {method!r} is not physics, rule-of-thumb or exact", field="method")
-    if system is not None:
-        # a system checks its own GPU at its own count, unless a count is given
-        from gpusizer.hardware.systems import load_systems
-
-        if gpu or probe is not None:
-            raise UsageError("check a system, or named GPUs, not both", field="gpu")
-        sys_ = load_systems(cache_dir=cache_dir).resolve(system)
-        gpu = sys_.gpu
-        settings = {**settings, "gpus": settings.get("gpus") or sys_.gpus}
-    elif settings.get("gpus") is None:
-        settings.pop("gpus", None)
+    gpu, settings = _system_gpus(system, gpu, probe, settings, cache_dir)
     _check_range(settings.get("context_bytes"), "context_bytes", "the fixed overhead in bytes", 0, MAX_OVERHEAD_BYTES)
     cfg = _run(run, settings)
     shape, source = _model_for(method, model, params, hf_config, hf_model, torch_model, input_shape,

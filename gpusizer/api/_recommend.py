@@ -13,6 +13,7 @@ from gpusizer.domain.shape import ModelShape
 from gpusizer.errors import DataFileError, NothingFitsError, UsageError
 from gpusizer.hardware.catalog import Catalog
 from gpusizer.hardware.probe import ProbeReport
+from gpusizer.hardware.systems import System
 from gpusizer.ranking.configs import Plan, PlanRequest
 from gpusizer.ranking.rules import RuleSet, Workload
 from gpusizer.ranking.search import Candidate, Recommendation, RecommendRequest
@@ -35,7 +36,7 @@ def recommend(
     seq_len: int | None = None, image_size: int | None = None, flash_attention: bool = True,
     optimizer: str = "adamw", strategy: str = "ddp", gpus: int | None = None, nodes: int = 1,
     interconnect: str | None = None, budget: float | None = None, max_power: float | None = None,
-    require: Sequence[str] = (), segments: Sequence[str] = (), top: int = 10, sort: str = "score",
+    require: Sequence[str] = (), segments: Sequence[str] = (), top: int = 10, sort: str = "speed",
     rules: Sequence[str | Path] = (), probe: ProbeReport | None = None, catalog: Catalog | None = None,
     cache_dir: Path | None = None, vendor: str = "nvidia", deadline: str | None = None,
     max_cost: float | None = None, budget_per_hour: float | None = None, tokens: str | int | None = None,
@@ -67,14 +68,8 @@ def recommend(
     from gpusizer.ranking.rules import load_rules
     from gpusizer.ranking.search import recommend as _recommend
 
-    sys_ = None
-    if system is not None:
-        from gpusizer.hardware.systems import load_systems
-
-        if probe is not None:
-            raise UsageError("rank this machine's GPUs or a system, not both", field="system")
-        sys_ = load_systems(cache_dir=cache_dir).resolve(system)
-        gpus = gpus or sys_.gpus
+    sys_ = _system(system, probe, cache_dir)
+    gpus = gpus or (sys_.gpus if sys_ else None)
     _check_cluster(gpus or 1, nodes, None, 1, None)
     ruleset = load_rules([str(p) for p in rules], cache_dir=cache_dir)
     wl = ruleset.workload(workload)
@@ -111,6 +106,16 @@ def recommend(
         "samples": preq.samples if preq else None, "rules_files": list(ruleset.files), "catalog_files": list(cat.files),
     }
     return RecommendResult(input=inputs, results=rec, notes=(*notes, *rec.notes), rules_files=ruleset.files)
+
+
+def _system(system: str | None, probe: ProbeReport | None, cache_dir: Path | None) -> System | None:
+    if system is None:
+        return None
+    if probe is not None:
+        raise UsageError("rank this machine's GPUs or a system, not both", field="system")
+    from gpusizer.hardware.systems import load_systems
+
+    return load_systems(cache_dir=cache_dir).resolve(system)
 
 
 def _candidates(probe: ProbeReport | None, cat: Catalog) -> tuple[tuple[Candidate, ...], list[str]]:

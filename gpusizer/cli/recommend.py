@@ -73,7 +73,8 @@ VendorOpt = Annotated[str, typer.Option(
                      "Gaudi software instead of CUDA, so they are considered only when asked for.")]
 RankTopOpt = Annotated[int, typer.Option("--top", min=1, help="Show the best K GPUs.")]
 SortOptT = Annotated[Sort, typer.Option(
-    help="score (rules), speed (performance model) or value (speed per dollar of street, else launch, price).")]
+    help="speed (the default: the performance model; near-ties within 3% go to the score), score (the rules "
+         "alone) or value (speed per dollar of street, else launch, price).")]
 RulesOpt = Annotated[list[Path] | None, typer.Option(
     "--rules", readable=False, help="Extra rules YAML, repeatable: overrides or extends the bundled rules by workload and rule id "
                     "(see docs/rules.md).")]
@@ -126,7 +127,7 @@ def recommend_cmd(
     segment: SegmentOpt = None,
     vendor: VendorOpt = "nvidia",
     top: RankTopOpt = 10,
-    sort: SortOptT = "score",
+    sort: SortOptT = "speed",
     rules: RulesOpt = None,
     show_excluded: ShowExcludedOpt = False,
     local: LocalOpt = False,

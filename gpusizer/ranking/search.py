@@ -137,7 +137,7 @@ class RecommendRequest(BaseModel):
     #: whose GPUs to consider: nvidia (the default), amd, intel, or any
     vendor: str = "nvidia"
     top: int | None = DEFAULT_TOP
-    sort: str = "score"
+    sort: str = "speed"
 
     @property
     def total_gpus(self) -> int:
@@ -845,10 +845,22 @@ def _throughput(r: GpuResult) -> float:
     return r.speed.throughput_per_s if r.speed and r.speed.throughput_per_s is not None else -1.0
 
 
+#: speeds closer than this ratio are a near-tie, which the rules' score decides
+NEAR_TIE = 1.03
+
+
+def _speed_class(r: GpuResult) -> int:
+    """The throughput on a log scale in NEAR_TIE steps: equal for near-ties (the same step)."""
+    thr = _throughput(r)
+    return math.floor(math.log(thr) / math.log(NEAR_TIE)) if thr > 0 else -(1 << 30)
+
+
 def _sort(qualified: list[GpuResult], sort: str) -> list[GpuResult]:
     """Best first by ``sort``; ties go to the score, then the id. Unknown speed or value sorts last."""
     if sort == "speed":
-        return sorted(qualified, key=lambda r: (_throughput(r) < 0, -_throughput(r), -r.score, r.gpu_id))
+        # within NEAR_TIE of each other, speeds are one tie (the model's error band is wider): the rules'
+        # score decides between them
+        return sorted(qualified, key=lambda r: (_throughput(r) < 0, -_speed_class(r), -r.score, r.gpu_id))
     if sort == "value":
         return sorted(qualified, key=lambda r: (r.value_per_kusd is None, -(r.value_per_kusd or 0), -r.score, r.gpu_id))
     return sorted(qualified, key=lambda r: (-r.score, -_throughput(r), r.gpu_id))
