@@ -62,6 +62,9 @@ class PciePath(BaseModel):
     efficiency: float = Field(gt=0, le=1)
     #: NCCL per-hop latency of a ring step on this path
     latency_us: float = Field(ge=0, le=10_000)
+    #: the fraction of the backward pass a gradient all-reduce on this path can hide behind (1: all of
+    #: it, as DDP overlaps with P2P copies; less where staged copies contend with the compute)
+    overlap: float = Field(default=1.0, ge=0, le=1)
     sources: tuple[Source, ...] = Field(min_length=1)
 
 

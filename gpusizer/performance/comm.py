@@ -26,11 +26,13 @@ class Link(BaseModel):
     inter_latency_us: float
     base_latency_us: float
     transport: Literal["none", "nvlink", "pcie", "rdma", "tcp"]
+    #: the fraction of the backward pass the collective can hide behind (data/interconnects.yaml pcie_paths)
+    overlap: float = 1.0
     notes: tuple[str, ...] = ()
 
 
-def _intra_link(gpu: Gpu, gpus: int, topo: Topology, links: Interconnects) -> tuple[str, float, float, str]:
-    """(name, effective per-GPU bus bandwidth GB/s, per-step latency us, transport) of a ring
+def _intra_link(gpu: Gpu, gpus: int, topo: Topology, links: Interconnects) -> tuple[str, float, float, str, float]:
+    """(name, effective per-GPU bus bandwidth GB/s, per-step latency us, transport, overlap) of a ring
     inside a node. NVLink bridges join pairs only: a ring over more than two bridged cards
     crosses PCIe, so PCIe sets its pace."""
     nvlinked = topo.fabric in ("nvswitch", "nvlink-mesh") or (topo.fabric == "nvlink-bridge" and gpus <= 2)
@@ -39,13 +41,13 @@ def _intra_link(gpu: Gpu, gpus: int, topo: Topology, links: Interconnects) -> tu
             raise UsageError(f"{gpu.id} has no NVLink", hint="connect its GPUs over PCIe", field="interconnect")
         link = links.nvlink(gpu.nvlink_generation)
         per_gpu = (topo.nvlink_gb_s or gpu.nvlink_gb_s or 2 * link.bandwidth_gb_s) / 2
-        return link.name, per_gpu * link.efficiency, link.latency_us, "nvlink"
+        return link.name, per_gpu * link.efficiency, link.latency_us, "nvlink", 1.0
     link = links.pcie(topo.pcie_generation or gpu.pcie_generation)
     path = links.pcie_path(topo.p2p)
     name = {"switch": f"{link.name} through a PCIe switch",
             "root-complex": f"{link.name} through the CPU root complex",
             "none": f"PCIe {link.generation}.0 x16 without P2P (staged in host memory)"}[topo.p2p]
-    return name, link.bandwidth_gb_s * path.efficiency, path.latency_us, "pcie"
+    return name, link.bandwidth_gb_s * path.efficiency, path.latency_us, "pcie", path.overlap
 
 
 def collective_link(
@@ -59,12 +61,12 @@ def collective_link(
     topo = topology or node_topology(gpu, gpus_per_node, nodes, interconnect=interconnect,
                                      nics_per_node=nics_per_node, links=links)
     notes: list[str] = list(topo.assumed)
-    intra_name, intra_eff, intra_lat, intra_kind = _intra_link(gpu, gpus_per_node, topo, links)
+    intra_name, intra_eff, intra_lat, intra_kind, overlap = _intra_link(gpu, gpus_per_node, topo, links)
     if nodes <= 1:
         return Link(
             label=intra_name, bandwidth_gb_s=intra_eff, intra_latency_us=intra_lat, inter_latency_us=intra_lat,
             base_latency_us=links.collective_base_latency_us,
-            transport=intra_kind if gpus_per_node > 1 else "none", notes=tuple(notes),
+            transport=intra_kind if gpus_per_node > 1 else "none", overlap=overlap, notes=tuple(notes),
         )
     net = links.get(topo.network)
     nics = max(1, topo.nics_per_node)
@@ -90,7 +92,8 @@ def collective_link(
     return Link(
         label=f"{net.name} x{nics} per node" + (" (TCP, host-staged)" if transport == "tcp" else ""),
         bandwidth_gb_s=bus, intra_latency_us=intra_lat, inter_latency_us=latency,
-        base_latency_us=links.collective_base_latency_us, transport=transport, notes=tuple(notes),
+        base_latency_us=links.collective_base_latency_us, transport=transport,
+        overlap=overlap if gpus_per_node > 1 else 1.0, notes=tuple(notes),
     )
 
 

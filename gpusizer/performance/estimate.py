@@ -371,7 +371,8 @@ def _data_parallel(
     # of Kaplan et al. 2020, 2N forward + 4N backward). ZeRO-3/FSDP prefetch parameters
     # during forward too. The last bucket never overlaps.
     # With gradient accumulation it runs once per grad_accumulation micro-batches.
-    window = base_step if par.gathers_layers else base_step * 2.0 / 3.0
+    # Copies staged through host memory hide behind only part of it (link.overlap, data/interconnects.yaml).
+    window = (base_step if par.gathers_layers else base_step * 2.0 / 3.0) * link.overlap
     tail = t_ar * min(1.0, DDP_BUCKET_BYTES / size) if size > 0 else 0.0
     return comm.model_copy(update={
         "comm_s": comm.comm_s + t_ar / grad_accumulation,
