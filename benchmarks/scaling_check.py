@@ -130,6 +130,10 @@ def main(argv: list[str]) -> int:
     print(f"\nheld out: {len(held)} rows on {len(per_system)} systems; per-GPU scaling efficiency error median "
           f"{med:.1%}, 90th percentile {p90:.1%} (targets {TARGET_MEDIAN:.0%} and {TARGET_P90:.0%}); "
           f"median of the per-system medians {statistics.median(per_system):.1%}")
+    flat = statistics.median(r["measured"] for r in held)
+    f_med, f_p90 = summary([abs(flat / r["measured"] - 1) for r in held])
+    print(f"a constant ({flat:.2f}, the held-out rows' median efficiency) would score median {f_med:.1%}, "
+          f"90th percentile {f_p90:.1%}: what the model adds is in the tail")
     print(f"in sample: {len(res) - len(held)} rows (the host-staged overlap was chosen on them): median "
           f"{in_med:.1%}, 90th percentile {in_p90:.1%}")
     print(f"left out: {len(out['superlinear'])} rows measured above {SUPERLINEAR:.2f} efficiency (super-linear)")

@@ -105,3 +105,28 @@ def test_plan_prints_the_configurations(cli):
     assert result.exit_code == 0
     assert "Configurations for the most images/s for $10,000 of GPUs" in result.stdout
     assert "no hosts, power or networking" in result.stdout
+
+
+def test_single_gpu_instances_stay_single_and_sxm_is_bought_by_the_board():
+    plan = api.recommend("llm-train", model="llama-3.2-1b", tokens="10B", deadline="30d", top=100).results.plan
+    systems = {s.id: s for s in load_systems().systems}
+    assert all(c.nodes == 1 for c in plan.configurations if systems[c.system].gpus == 1)
+    buy = api.recommend("llm-train", budget=300_000, top=100).results.plan
+    for c in buy.configurations:
+        if CAT.by_id(c.gpu_id).is_sxm:
+            assert c.gpus_total % 8 == 0
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--workload", "llm-inference", "--model", "llama-3.1-8b", "--tokens", "1T", "--deadline", "7d"],
+     "times a training run"),
+    (["--workload", "llm-train", "--model", "llama-3.1-8b", "--epochs", "1", "--dataset-size", "10M",
+      "--deadline", "7d"], "speed is in tokens/s"),
+    (["--workload", "llm-train", "--model", "llama-3.1-8b", "--tokens", "1T", "--deadline", "7d", "--gpus", "8"],
+     "would be ignored"),
+    (["--workload", "cnn", "--budget", "10000", "--nodes", "2"], "chooses the counts"),
+])
+def test_plans_refuse_what_they_would_get_wrong_or_ignore(cli, args, message):
+    result = cli("recommend", *args, "--json")
+    assert result.exit_code == 2, (result.stdout, result.stderr)
+    assert message in json.dumps(json.loads(result.stdout))

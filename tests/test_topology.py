@@ -43,7 +43,7 @@ def test_pcie_p2p_defaults_follow_the_segment(gpu_id, p2p):
 
 def test_pcie_paths_order_the_ring_bandwidth():
     """NVIDIA/nccl #1603, 4x RTX 4090 on PCIe 4.0: 22 GB/s with P2P through the CPU, 18 GB/s staged in
-    host memory; a PCIe switch keeps P2P at 0.8 of the link."""
+    host memory; NVIDIA/nccl #406: 12 GB/s of 15.75 inside a PCIe switch (0.76)."""
     gpu = CAT.by_id("rtx-a6000")
     links = load_interconnects()
     bw = {p: collective_link(gpu, 4, 1, links=links,
@@ -140,3 +140,28 @@ def test_fit_model_and_recommend_take_a_system(cli_json):
     assert row["gpu_id"] == "h100-sxm5-80gb" and row["speed"]["transport"] == "nvlink"
     same = api.estimate("llama-3.1-8b", system="dgx-h100", strategy="fsdp", batch=row["speed"]["batch"])
     assert row["speed"]["throughput_per_s"] == pytest.approx(same.results.throughput_per_s)
+
+
+def test_published_network_totals_and_tcp_ports_are_read():
+    """GCP A3 High: 4 GPUDirect-TCPX NICs, 1,000 Gb/s in all, no RDMA: timed as TCP at that total; a system
+    that does not publish its NICs (Lambda's 8x H100) gets its GPU's DGX-class defaults, said so."""
+    h100 = CAT.by_id("h100-sxm5-80gb")
+    tcpx = node_topology(h100, 8, 2, system="gcp-a3-highgpu-8g")
+    assert (tcpx.network, tcpx.nics_per_node) == ("tcp-100g", 10)
+    assert collective_link(h100, 8, 2, topology=tcpx).transport == "tcp"
+    lam = node_topology(h100, 8, 2, system="lambda-8x-h100-sxm")
+    assert (lam.network, lam.nics_per_node) == ("ib-ndr", 8)
+    assert any("not published" in a for a in lam.assumed)
+
+
+def test_interconnect_overrides_keep_their_generation_and_the_fabric():
+    gpu = CAT.by_id("rtx-a6000")  # PCIe 4.0 card
+    gen3 = node_topology(gpu, 4, 1, interconnect="pcie3")
+    assert gen3.pcie_generation == 3
+    assert collective_link(gpu, 4, 1, topology=gen3).bandwidth_gb_s == pytest.approx(15.75 * 0.70)
+    v100 = CAT.by_id("v100-sxm2-16gb")
+    mesh = node_topology(v100, 8, 1, interconnect="nvlink1")
+    assert mesh.fabric == "nvlink-mesh" and mesh.nvlink_gb_s == 160
+    # a network override replaces the default's network note
+    h100 = node_topology(CAT.by_id("h100-sxm5-80gb"), 8, 2, interconnect="ib-hdr")
+    assert h100.network == "ib-hdr" and not any("ib-ndr" in a for a in h100.assumed)

@@ -160,6 +160,7 @@ class NodeChoice(BaseModel):
 def resolve_node(
     system: str | None, gpu: str | None, gpus: int | None, *, catalog: Catalog, interconnect: str | None = None,
     nics_per_node: int | None = None, nodes: int = 1, price_per_hour: float | None = None,
+    cache_dir: Path | None = None,
 ) -> NodeChoice:
     """``system`` sets the GPU, GPUs per node (unless ``gpus`` is given, up to the system's
     count), the fabric and NICs, and for a cloud instance the price; else ``gpu`` and ``gpus``."""
@@ -171,13 +172,14 @@ def resolve_node(
     from gpusizer.hardware.systems import load_systems
     from gpusizer.performance.topology import node_topology
 
-    sys_ = load_systems().resolve(system)
+    sys_ = load_systems(cache_dir=cache_dir).resolve(system)
     if gpu is not None and catalog.resolve(gpu).gpu.id != sys_.gpu:
         raise UsageError(f"system {sys_.id} holds {sys_.gpu}, not {gpu}", hint="give the system or the GPU",
                          field="gpu")
     count = gpus or sys_.gpus
     g = catalog.resolve(sys_.gpu).gpu
-    topo = node_topology(g, count, nodes, system=sys_, interconnect=interconnect, nics_per_node=nics_per_node)
+    topo = node_topology(g, count, nodes, system=sys_, interconnect=interconnect, nics_per_node=nics_per_node,
+                         catalog=catalog)
     notes = [f"system {sys_.id}: {count} x {sys_.gpu}; {topo.describe()}"]
     price = price_per_hour
     if price is None and sys_.usd_per_gpu_hour is not None and sys_.price is not None:

@@ -157,7 +157,7 @@ def estimate(
     shape = resolve_model(model, params=params, hf_config=hf_config, cache_dir=cache_dir)
     cat = catalog or load_catalog(cache_dir=cache_dir)
     node = resolve_node(system, gpu, gpus, catalog=cat, interconnect=interconnect, nics_per_node=nics_per_node,
-                        nodes=nodes, price_per_hour=price_per_hour)
+                        nodes=nodes, price_per_hour=price_per_hour, cache_dir=cache_dir)
     gpus, price_per_hour, res = node.gpus, node.price_per_gpu_hour, cat.resolve(node.gpu)
     g, notes = res.gpu, [*([res.note] if res.note else []), *node.notes]
     adapted = settings.get("adapter", run.adapter if run is not None else None) is not None

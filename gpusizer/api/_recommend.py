@@ -92,6 +92,7 @@ def recommend(
     rec = _recommend(candidates, ruleset, req, reference=reference, pool=cat.gpus)
     preq = _plan_request(budget if gpus is None and probe is None else None, deadline, max_cost, budget_per_hour,
                          tokens, epochs, dataset_size, top)
+    _check_plan_inputs(preq, gpus, nodes, budget)
     if preq is not None:
         rec = rec.model_copy(update={"plan": _plan(preq, candidates, ruleset, req, reference, cat, cache_dir)})
     inputs = {
@@ -158,6 +159,21 @@ def _plan(
 
     return plan_cloud(load_systems(cache_dir=cache_dir).systems, cat.gpus, ruleset, req, preq, reference=reference,
                       pool=cat.gpus)
+
+
+def _check_plan_inputs(preq: PlanRequest | None, gpus: int | None, nodes: int, budget: float | None) -> None:
+    """The optimizer chooses the counts: a count or a second objective given with it would be ignored."""
+    if preq is None:
+        return
+    if preq.objective == "budget" and nodes > 1:
+        raise UsageError("a purchase budget chooses the counts, nodes included", hint="drop the nodes, or give the "
+                         "GPUs per node too to rank single GPUs at that size", field="nodes")
+    if preq.objective != "budget":
+        given = [n for n, v in (("gpus_per_node", gpus), ("budget_usd", budget)) if v is not None]
+        if given or nodes > 1:
+            raise UsageError(f"a cloud objective chooses each system's node count; {(given or ['nodes'])[0]} "
+                             "would be ignored", hint="drop it, or leave out the cloud objective",
+                             field=(given or ["nodes"])[0])
 
 
 def _plan_request(

@@ -287,6 +287,11 @@ class Gpu(BaseModel):
     def nvlink(self) -> bool:
         return self.nvlink_gb_s is not None
 
+    @property
+    def is_sxm(self) -> bool:
+        """An SXM module: it sits on an HGX/DGX board with the other GPUs (NVLink, NVSwitch from A100 on)."""
+        return self.form_factor.upper().startswith("SXM")
+
 
 TENSOR_FIELDS: tuple[str, ...] = (
     "tensor_tf32_tflops",

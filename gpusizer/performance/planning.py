@@ -144,26 +144,37 @@ class TrainingTime(BaseModel):
     price_per_gpu_hour_usd: float | None
 
 
+def training_seconds(
+    throughput_per_s: float, unit: str, tokens_per_sample: int | None, *, samples: float | None = None,
+    tokens: float | None = None,
+) -> tuple[float, float, str]:
+    """(seconds, amount, "tokens" or "samples") to train on ``samples`` or ``tokens`` at a throughput in
+    ``unit`` (images/s, sequences/s or tokens/s), a sample holding ``tokens_per_sample`` tokens."""
+    if (samples is None) == (tokens is None):
+        raise UsageError("give either a number of samples (epochs of a dataset size) or a token count", field="tokens")
+    if tokens is not None:
+        if unit == "tokens/s":
+            return tokens / throughput_per_s, tokens, "tokens"
+        if tokens_per_sample:
+            return tokens / (throughput_per_s * tokens_per_sample), tokens, "tokens"
+        raise UsageError("a token count needs a sequence model", hint="give epochs of a dataset size instead",
+                         field="tokens")
+    assert samples is not None
+    if unit == "tokens/s":
+        if not tokens_per_sample:
+            raise UsageError("this model's speed is in tokens/s", hint="give a token count instead of a dataset size",
+                             field="dataset_size")
+        return samples * tokens_per_sample / throughput_per_s, samples, "samples"
+    return samples / throughput_per_s, samples, "samples"
+
+
 def time_to_train(
     est: PerfEstimate, *, samples: float | None = None, tokens: float | None = None,
     price_per_gpu_hour: float | None = None,
 ) -> TrainingTime:
     """Wall time (and cost, given a price per GPU-hour) for ``samples`` or ``tokens``."""
-    if (samples is None) == (tokens is None):
-        raise UsageError("give either a number of samples (epochs of a dataset size) or a token count", field="tokens")
-    if tokens is not None:
-        if est.throughput_unit == "tokens/s":
-            seconds, amount, unit = tokens / est.throughput_per_s, tokens, "tokens"
-        elif est.tokens_per_sample:
-            seconds = tokens / (est.throughput_per_s * est.tokens_per_sample)
-            amount, unit = tokens, "tokens"
-        else:
-            raise UsageError("a token count needs a sequence model", hint="give epochs of a dataset size instead", field="tokens")
-    else:
-        assert samples is not None
-        if est.throughput_unit == "tokens/s" and est.tokens_per_sample is None and est.samples_per_step:
-            raise UsageError("this model's speed is in tokens/s", hint="give a token count instead of a dataset size", field="dataset_size")
-        seconds, amount, unit = samples / est.throughput_per_s, samples, "samples"
+    seconds, amount, unit = training_seconds(est.throughput_per_s, est.throughput_unit, est.tokens_per_sample,
+                                             samples=samples, tokens=tokens)
     hours = seconds / 3600
     gpu_hours = hours * est.gpus_total
     cost = gpu_hours * price_per_gpu_hour if price_per_gpu_hour is not None else None

@@ -26,7 +26,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from gpusizer.errors import UsageError
-from gpusizer.hardware.catalog import Gpu
+from gpusizer.hardware.catalog import Catalog, Gpu, load_catalog
 from gpusizer.hardware.systems import Nics, System, Systems, load_systems
 from gpusizer.performance.calibration import Interconnects, load_interconnects
 
@@ -35,6 +35,7 @@ P2pPath = Literal["switch", "root-complex", "none"]
 
 #: the network a multi-node run of PCIe cards gets when nothing names one
 DEFAULT_NETWORK = "ib-hdr"
+NO_NETWORK = "no network given for a multi-node run"
 
 
 class Topology(BaseModel):
@@ -68,41 +69,47 @@ class Topology(BaseModel):
         return f"{intra}; {self.nics_per_node} x {self.network} per node" if nodes > 1 else intra
 
 
-def network_for(nics: Nics | None, links: Interconnects) -> tuple[str | None, str | None]:
-    """(interconnect id, note) for a system's NICs: the entry of the same kind and port speed.
-    Without RDMA (GPUDirect-TCPX, plain Ethernet) the Ethernet entry of that speed or the nearest."""
-    if nics is None or nics.gbit_s_each is None:
-        return None, "the system's network ports are not published"
-    speed_gb_s = nics.gbit_s_each / 8.0
-    if nics.rdma:
-        kinds = {"infiniband": ("infiniband",), "roce": ("roce",), "efa": ("roce", "infiniband")}.get(
-            nics.kind or "", ("infiniband", "roce"))
+def network_for(nics: Nics | None, links: Interconnects) -> tuple[str | None, int | None, str | None]:
+    """(interconnect id, ports of that entry per node, note) for a system's NICs: the entry of the same
+    kind nearest the port speed; ports count so the node's total bandwidth stays what is published
+    (a port speed is the node total over its ports where only the total is published). Without RDMA
+    (GPUDirect-TCPX, plain Ethernet) the Ethernet entries."""
+    if nics is None:
+        return None, None, "the system's network ports are not published"
+    count = nics.count or 1
+    if nics.gbit_s_each is not None:
+        port_gbit = nics.gbit_s_each
+    elif nics.total_gbit_s is not None:
+        port_gbit = nics.total_gbit_s / count
     else:
-        kinds = ("ethernet",)
+        return None, None, "the system's network port speed is not published"
+    rdma = nics.rdma if nics.rdma is not None else nics.kind in ("infiniband", "roce", "efa")
+    kinds = ({"infiniband": ("infiniband",), "roce": ("roce",)}.get(nics.kind or "", ("infiniband", "roce"))
+             if rdma else ("ethernet",))
     pool = [i for i in links.interconnects if i.scope == "inter" and i.kind in kinds]
     if not pool:
-        return None, f"no interconnect entry of kind {'/'.join(kinds)}"
-    best = min(pool, key=lambda i: (abs(i.bandwidth_gb_s - speed_gb_s), -i.bandwidth_gb_s))
-    note = None
-    if abs(best.bandwidth_gb_s - speed_gb_s) > 0.01 * speed_gb_s or (nics.kind == "efa"):
-        note = (f"{nics.gbit_s_each:g} Gb/s {nics.kind or 'network'} ports timed as {best.name} "
-                "(the nearest entry in data/interconnects.yaml)")
-    return best.id, note
+        return None, None, f"no interconnect entry of kind {'/'.join(kinds)}"
+    best = min(pool, key=lambda i: (abs(i.bandwidth_gb_s * 8 - port_gbit), -i.bandwidth_gb_s))
+    ports = max(1, round(count * port_gbit / (best.bandwidth_gb_s * 8)))
+    notes = []
+    if nics.rdma is None:
+        notes.append(f"RDMA over the {nics.kind} ports is not published: assumed from their kind")
+    if abs(best.bandwidth_gb_s * 8 - port_gbit) > 0.01 * port_gbit or nics.kind in ("efa", "gpudirect-tcpx"):
+        notes.append(f"{count} x {port_gbit:g} Gb/s {nics.kind or 'network'} timed as {ports} x {best.name} "
+                     "(the nearest entry in data/interconnects.yaml, same node total)")
+    return best.id, ports, "; ".join(notes) or None
 
 
-def _reference_system(gpu: Gpu, systems: Systems) -> System | None:
-    """The on-prem multi-GPU system an SXM GPU ships in: one with this GPU, NVIDIA's DGX first,
-    else one whose GPU has the same architecture and form factor."""
-    on_prem = [s for s in systems.systems if s.kind == "on-prem" and s.gpus > 1 and s.intra_node.fabric is not None]
-    same = sorted((s for s in on_prem if s.gpu == gpu.id), key=lambda s: (not s.id.startswith("nvidia-dgx"), s.id))
-    if same:
-        return same[0]
-    from gpusizer.hardware.catalog import load_catalog
-
-    by_id = {g.id: g for g in load_catalog().gpus}
-    kin = sorted((s for s in on_prem if (g := by_id.get(s.gpu)) is not None and g.architecture == gpu.architecture
-                  and g.form_factor == gpu.form_factor), key=lambda s: (not s.id.startswith("nvidia-dgx"), s.id))
-    return kin[0] if kin else None
+def _reference_system(gpu: Gpu, gpus_per_node: int, systems: Systems, catalog: Catalog) -> System | None:
+    """The on-prem multi-GPU system an SXM GPU ships in: one that holds ``gpus_per_node`` first, then
+    one with this GPU, then one of its form factor, NVIDIA's DGX first; among systems whose GPU has the
+    same architecture and that publish their fabric and network ports."""
+    by_id = {g.id: g for g in catalog.gpus}
+    kin = [s for s in systems.systems if s.kind == "on-prem" and s.gpus > 1 and s.intra_node.fabric is not None
+           and s.nics is not None and s.nics.gbit_s_each is not None
+           and (g := by_id.get(s.gpu)) is not None and g.architecture == gpu.architecture and g.is_sxm]
+    return min(kin, key=lambda s: (s.gpus < gpus_per_node, s.gpu != gpu.id, by_id[s.gpu].form_factor != gpu.form_factor,
+                                   not s.id.startswith("nvidia-dgx"), s.id), default=None)
 
 
 def default_p2p(gpu: Gpu, links: Interconnects) -> tuple[P2pPath, str]:
@@ -113,39 +120,30 @@ def default_p2p(gpu: Gpu, links: Interconnects) -> tuple[P2pPath, str]:
     return "root-complex", "no rule matched: P2P through the CPU root complex"
 
 
-def system_topology(system: System, gpus_per_node: int, links: Interconnects) -> Topology:
+def system_topology(system: System, gpus_per_node: int, links: Interconnects, catalog: Catalog | None = None,
+                    systems: Systems | None = None) -> Topology:
     """A named system's topology; what it does not publish is filled by the defaults, and said."""
-    from gpusizer.hardware.catalog import load_catalog
-
     if gpus_per_node > system.gpus:
         raise UsageError(f"{system.id} holds {system.gpus} GPU(s), not {gpus_per_node}",
                          hint=f"use {system.gpus} GPUs per node or fewer, or add nodes", field="gpus")
-    gpu = load_catalog().resolve(system.gpu).gpu
+    cat = catalog or load_catalog()
+    gpu = cat.resolve(system.gpu).gpu
     assumed: list[str] = []
     intra = system.intra_node
-    fabric: FabricKind
-    if intra.fabric is not None:
-        fabric = intra.fabric
-    else:
-        fabric = "pcie"
-        if system.gpus > 1:
-            assumed.append(f"{system.id} does not publish its GPU fabric: assuming PCIe")
-    if intra.p2p is not None:
-        p2p: P2pPath = intra.p2p
-    else:
-        p2p, why = default_p2p(gpu, links)
-        if fabric in ("pcie", "nvlink-bridge") and system.gpus > 1:
-            assumed.append(f"PCIe P2P path not published for {system.id}: {why}")
-    network, note = network_for(system.nics, links)
-    nics = system.nics.count if system.nics is not None and system.nics.count else None
-    if network is None:
-        network = DEFAULT_NETWORK
-        assumed.append(f"{note}: assuming InfiniBand HDR between nodes")
+    fabric: FabricKind = intra.fabric or "pcie"
+    if intra.fabric is None and system.gpus > 1:
+        assumed.append(f"{system.id} does not publish its GPU fabric: assuming PCIe")
+    p2p, why = (intra.p2p, "") if intra.p2p is not None else default_p2p(gpu, links)
+    if intra.p2p is None and fabric in ("pcie", "nvlink-bridge") and system.gpus > 1:
+        assumed.append(f"PCIe P2P path not published for {system.id}: {why}")
+    network, nics, note = network_for(system.nics, links)
+    if network is None or nics is None:
+        # unpublished: the defaults of its GPU (an SXM GPU's DGX-class NICs), rather than a guess
+        fallback = _default_topology(gpu, system.gpus, 2, links, systems, cat)
+        network, nics = fallback.network, fallback.nics_per_node
+        assumed.append(f"{note} for {system.id}: assuming {nics} x {network} per node, the defaults for its GPU")
     elif note:
         assumed.append(note)
-    if nics is None:
-        nics = 1
-        assumed.append(f"{system.id} does not publish its NIC count: assuming 1 port per node")
     return Topology(fabric=fabric, p2p=p2p, nvlink_gb_s=intra.nvlink_gb_s, pcie_generation=intra.pcie_generation,
                     network=network, nics_per_node=nics, system=system.id, origin=f"system {system.id}",
                     assumed=tuple(assumed))
@@ -154,40 +152,41 @@ def system_topology(system: System, gpus_per_node: int, links: Interconnects) ->
 def node_topology(
     gpu: Gpu, gpus_per_node: int, nodes: int, *, system: str | System | None = None,
     interconnect: str | None = None, nics_per_node: int | None = None,
-    links: Interconnects | None = None, systems: Systems | None = None,
+    links: Interconnects | None = None, systems: Systems | None = None, catalog: Catalog | None = None,
 ) -> Topology:
     """The topology of ``gpus_per_node`` x ``nodes`` ``gpu``: a system's, or the GPU's defaults;
     ``interconnect`` (an intra-node link, nvlink or pcie, or a network) and ``nics_per_node``
-    override single fields."""
+    override single fields. ``catalog`` resolves a system's GPU (default: the bundled one)."""
     links = links or load_interconnects()
     if system is not None:
         sys_ = system if isinstance(system, System) else (systems or load_systems()).resolve(system)
-        topo = system_topology(sys_, gpus_per_node, links)
+        topo = system_topology(sys_, gpus_per_node, links, catalog, systems)
     else:
-        topo = _default_topology(gpu, gpus_per_node, nodes, links, systems)
+        topo = _default_topology(gpu, gpus_per_node, nodes, links, systems, catalog)
     return _override(topo, gpu, interconnect, nics_per_node, links)
 
 
 def _default_topology(gpu: Gpu, gpus_per_node: int, nodes: int, links: Interconnects,
-                      systems: Systems | None) -> Topology:
-    sxm = gpu.form_factor.upper().startswith("SXM")
-    if sxm and (gpus_per_node > 1 or nodes > 1):
-        ref = _reference_system(gpu, systems or load_systems())
+                      systems: Systems | None, catalog: Catalog | None) -> Topology:
+    if gpu.is_sxm and (gpus_per_node > 1 or nodes > 1):
+        cat = catalog or load_catalog()
+        ref = _reference_system(gpu, gpus_per_node, systems or load_systems(), cat)
         if ref is not None:
-            base = system_topology(ref, min(gpus_per_node, ref.gpus), links)
-            what = f"{'; '.join(base.assumed) + '; ' if base.assumed else ''}"
+            base = system_topology(ref, ref.gpus, links, cat, systems)
+            larger = (f"no published node holds {gpus_per_node} of them: timed as one {base.fabric} node"
+                      if gpus_per_node > ref.gpus else "")
             # the GPU's own NVLink and PCIe figures where the catalog has them, else the system's
             return base.model_copy(update={
                 "system": None, "nvlink_gb_s": None if gpu.nvlink_gb_s else base.nvlink_gb_s,
                 "pcie_generation": None if gpu.pcie_generation else base.pcie_generation,
                 "origin": f"defaults for an {gpu.form_factor} GPU (as {ref.name})",
-                "assumed": (f"{gpu.form_factor} node as in {ref.name}: {base.describe()}; name a system "
-                            f"or an interconnect and NICs per node to change it{'; ' + what if what else ''}"
-                            .rstrip("; "),),
+                "assumed": (f"{gpu.form_factor} node as in {ref.name}: {base.describe(nodes)}; name a system, "
+                            "an interconnect or the NICs per node to change it", *base.assumed,
+                            *([larger] if larger else [])),
             })
     p2p, why = default_p2p(gpu, links)
-    bridged = bool(gpu.nvlink) and not sxm and gpus_per_node == 2
-    fabric: FabricKind = "nvlink-bridge" if bridged else ("nvswitch" if sxm and gpu.nvlink else "pcie")
+    bridged = gpu.nvlink and not gpu.is_sxm and gpus_per_node == 2
+    fabric: FabricKind = "nvlink-bridge" if bridged else ("nvswitch" if gpu.is_sxm and gpu.nvlink else "pcie")
     assumed: list[str] = []
     if gpus_per_node > 1:
         if bridged:
@@ -195,31 +194,37 @@ def _default_topology(gpu: Gpu, gpus_per_node: int, nodes: int, links: Interconn
         elif fabric == "pcie":
             assumed.append(f"{gpus_per_node} x {gpu.id} over PCIe: {why}")
     if nodes > 1:
-        assumed.append("no network given for a multi-node run: assuming 1 InfiniBand HDR port per node "
-                       "(name an interconnect, a system or the NICs per node to change it)")
+        assumed.append(f"{NO_NETWORK}: assuming 1 InfiniBand HDR port per node (name an interconnect, a system "
+                       "or the NICs per node to change it)")
     return Topology(fabric=fabric, p2p=p2p, network=DEFAULT_NETWORK, nics_per_node=1,
                     origin=f"defaults for a {gpu.form_factor} GPU", assumed=tuple(assumed))
 
 
 def _override(topo: Topology, gpu: Gpu, interconnect: str | None, nics_per_node: int | None,
               links: Interconnects) -> Topology:
+    """``interconnect`` names the intra-node link (nvlink, nvswitch, pcie, or a generation: nvlink3,
+    pcie4) or the network; ``nics_per_node`` the ports per node. What they replace leaves the notes."""
     update: dict[str, object] = {}
+    notes = list(topo.assumed)
     if interconnect is not None:
         key = interconnect.strip().lower()
-        if key in ("nvlink", "nvswitch") or key.startswith("nvlink"):
-            sxm = gpu.form_factor.upper().startswith("SXM")
-            if not (gpu.nvlink or sxm or topo.nvlink_gb_s):
+        link = None if key in ("nvlink", "nvswitch", "pcie") else links.get(key)
+        if key in ("nvlink", "nvswitch") or (link is not None and link.kind == "nvlink"):
+            if not (gpu.nvlink or gpu.is_sxm or topo.nvlink_gb_s):
                 raise UsageError(f"{gpu.id} has no NVLink", hint="connect its GPUs over PCIe", field="interconnect")
-            update["fabric"] = "nvswitch" if (sxm or key == "nvswitch") else "nvlink-bridge"
-        elif key.startswith("pcie"):
+            if topo.fabric == "pcie" or key == "nvswitch":
+                update["fabric"] = "nvswitch" if (gpu.is_sxm or key == "nvswitch") else "nvlink-bridge"
+            if link is not None:
+                update["nvlink_gb_s"] = 2 * link.bandwidth_gb_s
+        elif key == "pcie" or (link is not None and link.kind == "pcie"):
             update["fabric"] = "pcie"
-        else:
-            link = links.get(key)
-            if link.scope == "intra":
-                update["fabric"] = "pcie" if link.kind == "pcie" else "nvswitch"
-            else:
-                update["network"] = link.id
-        update["assumed"] = tuple(a for a in topo.assumed if not a.startswith("no network given"))
+            if link is not None:
+                update["pcie_generation"] = link.generation
+        elif link is not None:
+            update["network"] = link.id
+            notes = [n for n in notes if not n.startswith(NO_NETWORK) and topo.network not in n]
+        notes.append(f"interconnect {key} given")
     if nics_per_node is not None:
         update["nics_per_node"] = nics_per_node
-    return topo.model_copy(update=update) if update else topo
+        notes = [n for n in notes if f"x {topo.network} per node" not in n] + [f"{nics_per_node} NICs per node given"]
+    return topo.model_copy(update={**update, "assumed": tuple(notes)}) if update or interconnect else topo

@@ -44,7 +44,7 @@ class Configuration(BaseModel):
     strategy: str
     throughput_per_s: float
     unit: str
-    #: tokens in one of the unit's samples (1 for tokens/s); None: not a sequence model
+    #: tokens in one sample of a sequence model; None: not a sequence model
     tokens_per_sample: int | None = None
     scaling_efficiency: float | None = None
     #: capex: the GPUs' price in all, and its basis (street or launch, with the date)

@@ -28,6 +28,7 @@ from gpusizer.domain.shape import ModelShape
 from gpusizer.errors import UsageError
 from gpusizer.hardware.catalog import Gpu
 from gpusizer.hardware.systems import System
+from gpusizer.performance.planning import training_seconds
 from gpusizer.ranking.configs import Configuration, Plan, PlanRequest
 from gpusizer.ranking.rules import RuleSet
 from gpusizer.ranking.search import Candidate, GpuResult, RecommendRequest, recommend
@@ -59,6 +60,11 @@ def plan_purchase(
         # several nodes only for GPUs that reach across nodes with GPUDirect RDMA; others stay in one box
         most = MAX_GPUS_PER_NODE * (MAX_NODES if gpu.gpudirect_rdma else 1)
         count = min(int(budget // res.price.usd), most)
+        if gpu.is_sxm:
+            # SXM modules are sold on HGX boards of eight
+            count -= count % MAX_GPUS_PER_NODE
+            if count == 0:
+                continue
         # all the budget buys, and the largest power of two below it (tensor parallelism must divide the heads)
         options = []
         for n in dict.fromkeys((count, 1 << (count.bit_length() - 1))):
@@ -72,7 +78,8 @@ def plan_purchase(
     configs.sort(key=lambda c: (-c.throughput_per_s, -c.score, c.gpu_id))
     unit = configs[0].unit if configs else "throughput"
     notes = ("GPU prices only (street, else launch): no hosts, power or networking",
-             f"as many as the budget buys, {MAX_GPUS_PER_NODE} per node; more nodes only with GPUDirect RDMA")
+             f"as many as the budget buys, {MAX_GPUS_PER_NODE} per node (SXM in boards of {MAX_GPUS_PER_NODE}); "
+             "more nodes only with GPUDirect RDMA")
     return Plan(objective="budget", goal=f"the most {unit} for ${budget:,.0f} of GPUs",
                 configurations=_numbered(configs, preq.top), considered=considered, met=len(configs),
                 notes=notes + tuple(base.notes))
@@ -85,6 +92,13 @@ def plan_cloud(
     """Cloud: node counts of each priced cloud system whose GPU qualifies, for the objective."""
     if preq.tokens is None and preq.samples is None and preq.objective != "budget-per-hour":
         raise UsageError("a cloud plan needs the job: a token count, or epochs of a dataset size", field="tokens")
+    wl = rules.workload(req.workload)
+    if wl.mode != "train":
+        raise UsageError(f"a cloud job plan times a training run; workload {wl.name!r} is {wl.mode}",
+                         hint="for serving, size the GPUs with a budget or a GPU count", field="workload")
+    if req.shape is None and reference is None:
+        raise UsageError(f"workload {wl.name!r} has no model the performance model can time, so no job time",
+                         hint="give a model", field="model")
     by_id = {g.id: g for g in gpus}
     priced = [s for s in systems if s.kind == "cloud" and s.usd_per_gpu_hour is not None and s.gpu in by_id]
     cands = [Candidate(gpu=by_id[g], label=g, capacity_bytes=by_id[g].memory_bytes)
@@ -162,15 +176,11 @@ def _config(r: GpuResult, gpn: int, nodes: int, strategy: str, system: System | 
 
 
 def _hours(cfg: Configuration, preq: PlanRequest) -> float | None:
-    tokens_per_sample = cfg.tokens_per_sample
-    if preq.tokens is not None:
-        if not tokens_per_sample:
-            raise UsageError("a token count needs a sequence model", hint="give epochs of a dataset size instead",
-                             field="tokens")
-        return preq.tokens / (cfg.throughput_per_s * tokens_per_sample) / 3600
-    if preq.samples is not None:
-        return preq.samples / cfg.throughput_per_s / 3600
-    return None
+    if preq.tokens is None and preq.samples is None:
+        return None
+    seconds, _, _ = training_seconds(cfg.throughput_per_s, cfg.unit, cfg.tokens_per_sample, samples=preq.samples,
+                                     tokens=preq.tokens)
+    return seconds / 3600
 
 
 def _cloud_choice(
@@ -184,7 +194,8 @@ def _cloud_choice(
     chosen: Configuration | None = None
     tried = 0
     nodes = 1
-    while nodes <= MAX_NODES:
+    # single-GPU instances are not cluster building blocks: one node each
+    while nodes <= (MAX_NODES if system.gpus > 1 else 1):
         if preq.budget_per_hour_usd is not None and per_hour * nodes > preq.budget_per_hour_usd:
             break
         tried += 1

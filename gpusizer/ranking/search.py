@@ -203,7 +203,7 @@ class Speed(BaseModel):
     transport: str | None = None
     #: throughput / the best throughput among the listed GPUs
     relative: float | None = None
-    #: tokens in one sample of a sequence model (to turn a token count into samples); None otherwise
+    #: tokens in one sample of a sequence model (to turn tokens into samples and back); None otherwise
     tokens_per_sample: int | None = None
     note: str | None = None
 
@@ -1075,6 +1075,6 @@ def _speed(
         method="performance-model", throughput_per_s=est.throughput_per_s, unit=est.throughput_unit,
         per_gpu_throughput_per_s=est.per_gpu_throughput_per_s, batch=batch, bound=est.bound,
         scaling_efficiency=est.scaling_efficiency, error_band=est.error_band,
-        transport=est.transport, tokens_per_sample=est.tokens_per_sample if est.throughput_unit != "tokens/s" else 1,
+        transport=est.transport, tokens_per_sample=est.tokens_per_sample,
         note="; ".join(est.notes) or None,
     )
