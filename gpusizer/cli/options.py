@@ -171,8 +171,9 @@ SystemOpt = Annotated[str | None, typer.Option(
 NodesOpt = Annotated[int, typer.Option("--nodes", min=1, help="Nodes (machines).")]
 InterconnectOpt = Annotated[str | None, typer.Option(
     "--interconnect",
-    help="Inside a node: nvlink or pcie (default: the GPU's own NVLink, else PCIe). Between nodes: ib-edr, ib-hdr, "
-         "ib-ndr, roce-100g, roce-400g, tcp-10g, tcp-25g, tcp-100g (default ib-hdr). GeForce cards fall back to TCP "
+    help="Inside a node: nvlink, nvswitch, pcie or a generation (nvlink3, pcie4). Between nodes: ib-edr, ib-hdr, "
+         "ib-ndr, roce-100g, roce-400g, tcp-10g, tcp-25g, tcp-100g. Default: the system's; an SXM GPU's DGX "
+         "(DGX H100: NVSwitch, 8 x ib-ndr); a PCIe card over PCIe with 1 x ib-hdr. GeForce cards fall back to TCP "
          "with host staging across nodes.")]
 TopOpt = Annotated[int | None, typer.Option("--top", min=1, help="Show at most this many GPUs.")]
 
