@@ -130,3 +130,35 @@ def test_plans_refuse_what_they_would_get_wrong_or_ignore(cli, args, message):
     result = cli("recommend", *args, "--json")
     assert result.exit_code == 2, (result.stdout, result.stderr)
     assert message in json.dumps(json.loads(result.stdout))
+
+
+@pytest.mark.parametrize("run", [["--lora", "16"], ["--qlora"], ["--checkpointing"]])
+def test_recommend_sizes_the_same_run_as_fit_model(cli, run):
+    """The memory fit takes fit-model's run settings (LoRA on a frozen 16-bit base, QLoRA, checkpointing), so
+    both commands need the same bytes for the same run and agree on the RTX 4090."""
+    fit_run = cli("fit-model", "--model", "llama-3.1-8b", "--gpu", "rtx-4090", *run, "--json")
+    rec_run = cli("recommend", "--workload", "llm-train", "--model", "llama-3.1-8b", "--top", "200", *run, "--json")
+    fit, rec = json.loads(fit_run.stdout), json.loads(rec_run.stdout)
+    assert rec["results"]["memory_needed_bytes"] == fit["results"]["breakdown"]["total_bytes"]
+    fits = fit["results"]["gpus"][0]["fits"]
+    assert fit_run.exit_code == (0 if fits else 4)
+    assert ("rtx-4090" in {g["gpu_id"] for g in rec["results"]["ranked"]}) == fits
+    assert fits == (run == ["--qlora"])  # 24.4 GB under QLoRA; 35 GB under LoRA; full training far more
+
+
+def test_the_quadro_rtx_8000_no_longer_outranks_a_faster_cheaper_rtx_3090(cli_json):
+    """Issue 17: the spec-sheet score put a $10,000 Quadro RTX 8000 above an RTX 3090 that its own speed column
+    said was faster at a sixth of the price. The default order is now the predicted speed; under --sort score
+    the Quadro row says that a listed GPU is at least as fast for no more money, and --why-not explains it."""
+    args = ("recommend", "--workload", "cnn", "--segment", "workstation,consumer", "--top", "200")
+    by_speed = {g["gpu_id"]: g for g in cli_json(*args)["results"]["ranked"]}
+    assert by_speed["rtx-3090"]["rank"] < by_speed["quadro-rtx-8000"]["rank"]
+    by_score = cli_json(*args, "--sort", "score", "--why-not", "Quadro RTX 8000", "--why-not", "MI300X")["results"]
+    quadro = next(g for g in by_score["ranked"] if g["gpu_id"] == "quadro-rtx-8000")
+    other = next(g for g in by_score["ranked"] if g["gpu_id"] == quadro["outclassed_by"])
+    assert other["speed"]["throughput_per_s"] >= quadro["speed"]["throughput_per_s"]
+    assert other["price"]["usd"] <= quadro["price"]["usd"]
+    why, amd = by_score["why_not"]
+    assert why["gpu_id"] == "quadro-rtx-8000" and why["rank"] == quadro["rank"]
+    assert any("at least as fast for no more money" in r for r in why["reasons"])
+    assert amd["gpu_id"] == "mi300x" and amd["rank"] is None and "AMD" in amd["reasons"][0]

@@ -165,3 +165,14 @@ def test_interconnect_overrides_keep_their_generation_and_the_fabric():
     # a network override replaces the default's network note
     h100 = node_topology(CAT.by_id("h100-sxm5-80gb"), 8, 2, interconnect="ib-hdr")
     assert h100.network == "ib-hdr" and not any("ib-ndr" in a for a in h100.assumed)
+
+
+def test_a_4x_rtx_3090_workstation_scales_as_lambda_measured():
+    """lambdal/deeplearning-benchmark pytorch-train-throughput-fp16.csv (67a9bb5), BERT-base SQuAD, batch 52 per
+    GPU: 160 sequences/s on one RTX 3090 and 547 on four, a per-GPU efficiency of 0.855. The Puget 4x RTX 3090
+    workstation (PCIe, GeForce: no P2P) is predicted sub-linear by as much."""
+    measured = 547 / (4 * 160)
+    r = api.estimate("bert-base", system="puget-4x-rtx-3090-c422", batch=52, seq_len=384, precision="mixed")
+    assert r.results.gpus_total == 4 and r.results.estimate.topology.p2p == "none"
+    assert r.results.scaling_efficiency == pytest.approx(measured, abs=0.05)
+    assert r.results.scaling_efficiency < 0.9

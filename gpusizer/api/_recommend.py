@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -41,6 +41,7 @@ def recommend(
     cache_dir: Path | None = None, vendor: str = "nvidia", deadline: str | None = None,
     max_cost: float | None = None, budget_per_hour: float | None = None, tokens: str | int | None = None,
     epochs: float | None = None, dataset_size: str | int | None = None, system: str | None = None,
+    why_not: Sequence[str] = (), **settings: Any,
 ) -> RecommendResult:
     """Rank GPUs for a workload (``cnn``, ``llm-train``, ``hpc``, ... or one from ``rules``),
     with every rule's contribution to each score.
@@ -57,6 +58,9 @@ def recommend(
     ``max_cost`` or a ``budget_per_hour`` in USD, with the job (``tokens``, or ``epochs`` of a
     ``dataset_size``), picks node counts of the priced cloud systems (data/systems.yaml).
     ``system`` assesses one node type: its GPU, at its count (unless ``gpus``), on its fabric and NICs.
+    ``settings`` are further :class:`RunConfig` fields, as ``fit_model`` takes them (``checkpointing``,
+    ``adapter``, ``offload``, ...), for the memory fit and the speed. ``why_not`` names GPUs to
+    explain (``results.why_not``): their exclusions, or how they compare with the first.
 
     >>> r = recommend("hpc", require=["ecc"], top=3)
     >>> len(r.results.ranked)
@@ -78,13 +82,15 @@ def recommend(
         shape = resolve_model(model, params=params, hf_config=hf_config, cache_dir=cache_dir)
     elif batch is not None:
         raise UsageError("a batch needs a model (by name, parameter count or HF config)", field="batch")
+    cat = catalog or load_catalog(cache_dir=cache_dir)
     req = RecommendRequest(
         workload=workload, precision=precision, shape=shape, batch=batch, seq_len=seq_len, image_size=image_size,
         flash_attention=flash_attention, optimizer=optimizer, strategy=strategy, gpus_per_node=gpus or 1, nodes=nodes,
         interconnect=interconnect, budget_usd=budget, max_power_w=max_power, require=tuple(require),
         segments=tuple(segments), top=top, sort=sort, vendor=vendor.lower(), system=sys_.id if sys_ else None,
+        run_settings={k: v for k, v in settings.items() if v is not None},
+        why_not=tuple(cat.resolve(name).gpu.id for name in why_not),
     )
-    cat = catalog or load_catalog(cache_dir=cache_dir)
     candidates, notes = _candidates(probe, cat)
     if sys_ is not None:
         candidates = tuple(c for c in candidates if c.gpu.id == sys_.gpu)
@@ -96,17 +102,30 @@ def recommend(
     if preq is not None:
         rec = rec.model_copy(update={"plan": _plan(preq, candidates, ruleset, req, reference, cat, cache_dir)})
     inputs = {
-        "workload": workload, "precision": rec.precision, "model": shape.name if shape else None,
-        "params": shape.params if shape else None, "batch": batch, "seq_len": seq_len, "image_size": image_size,
-        "flash_attention": flash_attention, "optimizer": optimizer, "strategy": strategy, "gpus_per_node": gpus or 1,
-        "nodes": nodes, "interconnect": interconnect, "budget_usd": budget, "max_power_w": max_power,
-        "require": list(req.require), "segments": list(req.segments), "vendor": req.vendor, "top": top,
-        "sort": sort, "local": probe is not None, "system": sys_.id if sys_ else None, "objective": preq.objective if preq else None,
-        "deadline_hours": preq.deadline_hours if preq else None, "max_cost_usd": max_cost,
-        "budget_per_hour_usd": budget_per_hour, "tokens": preq.tokens if preq else None,
-        "samples": preq.samples if preq else None, "rules_files": list(ruleset.files), "catalog_files": list(cat.files),
+        **_inputs(req, rec, preq, probe is not None), "batch": batch, "seq_len": seq_len, "image_size": image_size,
+        "interconnect": interconnect, "max_cost_usd": max_cost, "budget_per_hour_usd": budget_per_hour,
+        "rules_files": list(ruleset.files), "catalog_files": list(cat.files),
     }
     return RecommendResult(input=inputs, results=rec, notes=(*notes, *rec.notes), rules_files=ruleset.files)
+
+
+def _inputs(req: RecommendRequest, rec: Recommendation, preq: PlanRequest | None, local: bool) -> dict[str, Any]:
+    """The resolved request, every run setting with the value used (as fit-model echoes them)."""
+    from gpusizer.domain.run import make_run_config
+
+    run = make_run_config(**req.run_settings).model_dump(mode="json", include={
+        "checkpointing", "adapter", "offload", "offload_to", "weight_format", "loss"})
+    shape = req.shape
+    return {
+        "workload": req.workload, "precision": rec.precision, "model": shape.name if shape else None,
+        "params": shape.params if shape else None, "flash_attention": req.flash_attention,
+        "optimizer": req.optimizer, "strategy": req.strategy, "gpus_per_node": req.gpus_per_node, "nodes": req.nodes,
+        "budget_usd": req.budget_usd, "max_power_w": req.max_power_w, "require": list(req.require),
+        "segments": list(req.segments), "vendor": req.vendor, "top": req.top, "sort": req.sort, "local": local,
+        "system": req.system, **run, "why_not": list(req.why_not), "objective": preq.objective if preq else None,
+        "deadline_hours": preq.deadline_hours if preq else None, "tokens": preq.tokens if preq else None,
+        "samples": preq.samples if preq else None,
+    }
 
 
 def _system(system: str | None, probe: ProbeReport | None, cache_dir: Path | None) -> System | None:

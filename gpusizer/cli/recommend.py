@@ -91,6 +91,8 @@ PerHourOpt = Annotated[float | None, typer.Option(
 RecTokensOpt = Annotated[str | None, typer.Option("--tokens", help="The job for a cloud objective: tokens, e.g. 1T.")]
 RecEpochsOpt = Annotated[float | None, typer.Option("--epochs", min=0, help="The job: epochs (with --dataset-size).")]
 RecDatasetOpt = Annotated[str | None, typer.Option("--dataset-size", help="Samples per epoch, e.g. 1.28M.")]
+WhyNotOpt = Annotated[list[str] | None, typer.Option(
+    "--why-not", metavar="GPU", help="Say why this GPU is not first: its exclusions, or how it compares (repeatable).")]
 ShowExcludedOpt = Annotated[bool, typer.Option("--show-excluded", help="List excluded GPUs and why.")]
 LocalOpt = Annotated[bool, typer.Option("--local", help="Rank this machine's GPUs (NVML), with their free memory.")]
 
@@ -111,6 +113,15 @@ def recommend_cmd(
     image_size: ImageOpt = None,
     optimizer: OptimizerOptT = "adamw",
     strategy: StrategyOptT = "ddp",
+    checkpointing: cli.CheckpointOpt = False,
+    lora: cli.LoraOpt = None,
+    qlora: cli.QloraOpt = False,
+    lora_targets: cli.LoraTargetsOpt = "all-linear",
+    double_quant: cli.DoubleQuantOpt = True,
+    offload: cli.OffloadOpt = "none",
+    offload_to: cli.OffloadToOpt = "cpu",
+    weights: cli.WeightsOpt = None,
+    loss: cli.LossOpt = "full",
     gpus: RecGpusOpt = None,
     nodes: NodesOpt = 1,
     interconnect: InterconnectOpt = None,
@@ -130,6 +141,7 @@ def recommend_cmd(
     sort: SortOptT = "speed",
     rules: RulesOpt = None,
     show_excluded: ShowExcludedOpt = False,
+    why_not: WhyNotOpt = None,
     local: LocalOpt = False,
     catalog: CatalogOpt = None,
     json_out: JsonOpt = False,
@@ -146,7 +158,8 @@ def recommend_cmd(
         sort=sort, rules=[str(p) for p in rules or ()], probe=cli._local_report(catalog) if local else None,
         catalog=cli._load_catalog(catalog), cache_dir=cli._cache_dir(), vendor=vendor, deadline=deadline,
         max_cost=max_cost, budget_per_hour=budget_per_hour, tokens=tokens, epochs=epochs, dataset_size=dataset_size,
-        system=system,
+        system=system, checkpointing=checkpointing, adapter=cli.adapter_settings(lora, qlora, lora_targets, double_quant),
+        offload=offload, offload_to=offload_to, weight_format=weights, loss=loss, why_not=tuple(why_not or ()),
     )
     if json_out:
         from gpusizer.render.common import emit_json

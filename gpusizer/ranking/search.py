@@ -26,6 +26,7 @@ from gpusizer.domain.parallelism import gpus_per_node_for, sharded_gpus, shardin
 from gpusizer.domain.precision import (
     RULE_PRECISIONS,
     check_mode,
+    default_precision,
     precision_spec,
     storage_precision,
 )
@@ -121,6 +122,9 @@ class RecommendRequest(BaseModel):
     image_size: int | None = None
     #: fused attention, for the memory fit and the speed (as in the memory and performance models)
     flash_attention: bool = True
+    #: further RunConfig settings of the run, as fit-model takes them (checkpointing, adapter, offload,
+    #: offload_to, weight_format, loss, logits, kv_cache), so both commands size the same run
+    run_settings: dict[str, Any] = Field(default_factory=dict)
     optimizer: str = "adamw"
     strategy: str = "ddp"
     gpus_per_node: int = 1
@@ -138,6 +142,8 @@ class RecommendRequest(BaseModel):
     vendor: str = "nvidia"
     top: int | None = DEFAULT_TOP
     sort: str = "speed"
+    #: catalog ids of GPUs to explain: why they are not first, or why they are excluded
+    why_not: tuple[str, ...] = ()
 
     @property
     def total_gpus(self) -> int:
@@ -232,6 +238,8 @@ class GpuResult(BaseModel):
     #: cluster throughput per $1000 of GPU price (street, else launch); None: price or speed unknown
     value_per_kusd: float | None = None
     value_note: str | None = None
+    #: a listed GPU that is at least as fast for no more money per GPU, when there is one
+    outclassed_by: str | None = None
     key_specs: dict[str, float | bool | str | None] = Field(default_factory=dict)
 
     @property
@@ -250,6 +258,17 @@ class ShardedOption(BaseModel):
     gpus: int
     #: labels, best score first
     gpu_ids: tuple[str, ...]
+
+
+class WhyNot(BaseModel):
+    """Why a GPU the user named is not the recommendation: its exclusions, or how it compares with the first."""
+
+    model_config = _FROZEN
+
+    asked: str
+    gpu_id: str | None
+    rank: int | None
+    reasons: tuple[str, ...]
 
 
 class Recommendation(BaseModel):
@@ -289,6 +308,8 @@ class Recommendation(BaseModel):
     sharded_options: tuple[ShardedOption, ...] = ()
     #: whole configurations chosen for an objective (budget, deadline, ...; ranking.plan)
     plan: Plan | None = None
+    #: for each GPU asked about: why it is not first
+    why_not: tuple[WhyNot, ...] = ()
     notes: tuple[str, ...] = ()
 
 
@@ -488,7 +509,9 @@ def _tf32_in_rules(precision: str) -> bool:
 
 def _check_request(req: RecommendRequest, rules: RuleSet) -> tuple[Workload, str]:
     wl = rules.workload(req.workload)
-    precision = req.precision or wl.precision
+    # adapters train on a frozen 16-bit base (domain.precision.default_precision), not the workload's AMP
+    adapted = req.run_settings.get("adapter") is not None and wl.mode == "train"
+    precision = req.precision or (default_precision(wl.mode, adapters=True) if adapted else wl.precision)
     if precision not in RULE_PRECISIONS:
         raise UsageError(f"precision {precision!r} is not one of {', '.join(RULE_PRECISIONS)}", field="precision")
     if req.budget_usd is not None and not (req.budget_usd > 0 and math.isfinite(req.budget_usd)):
@@ -581,11 +604,12 @@ def _prepare(rules: RuleSet, req: RecommendRequest) -> _Run:
     requirements = {name: rules.requirement(name) for name in dict.fromkeys(req.require)}
     hard_tests: list[_HardTest] = [(c.id, "constraint", c) for c in constraints]
     hard_tests += [(f"require-{name}", "requirement", r) for name, r in requirements.items()]
-    mem_cfg = make_run_config(
-        mode=wl.mode, precision=mp, optimizer=req.optimizer, batch=req.batch, seq_len=req.seq_len,
-        image_size=req.image_size, gpus=sharded_gpus(req.strategy, req.gpus_per_node, req.nodes), strategy=req.strategy,
-        flash_attention=req.flash_attention,
-    )
+    mem_cfg = make_run_config(**{
+        **req.run_settings, "mode": wl.mode, "precision": mp, "optimizer": req.optimizer, "batch": req.batch,
+        "seq_len": req.seq_len, "image_size": req.image_size,
+        "gpus": sharded_gpus(req.strategy, req.gpus_per_node, req.nodes), "strategy": req.strategy,
+        "flash_attention": req.flash_attention,
+    })
     return _Run(
         req=req, wl=wl, precision=precision, model_precision=mp, tf32=tf32,
         context={"precision": precision, "gpus": req.gpus_per_node, "nodes": req.nodes, "total_gpus": req.total_gpus,
@@ -622,7 +646,7 @@ def recommend(
     speed_shape = req.shape if req.shape is not None else reference
     qualified = _sort(_with_speed(run, results, by_label, speed_shape), req.sort)
     key_fields = _key_fields(run.criteria)
-    ranked, beyond = _place(run, qualified, by_label, key_fields)
+    ranked, beyond = _place(run, _outclassed(qualified), by_label, key_fields)
     excluded = tuple(_with_key_specs(r, by_label[r.label].gpu, key_fields, run.precision)
                      for r in results if r.excluded_by)
     unit = next((r.speed.unit for r in qualified if r.speed is not None and r.speed.unit), "")
@@ -639,6 +663,8 @@ def recommend(
         excluded=excluded,
         sharded_options=_sharded_options(results, req, run.mem_cfg) if req.shape is not None else (),
         notes=(*_notes(run, fit_notes), *_vendor_notes([by_label[r.label].gpu for r in ranked])),
+        why_not=tuple(_why_not(name, [*ranked, *beyond], excluded, pool or [c.gpu for c in candidates], req)
+                      for name in req.why_not),
     )
 
 
@@ -657,7 +683,7 @@ def _vendor_notes(gpus: Sequence[Gpu]) -> tuple[str, ...]:
     """The software-stack caveat, once per non-NVIDIA vendor among the listed GPUs."""
     vendors = sorted({g.vendor for g in gpus if g.vendor != "nvidia"})
     return tuple(
-        f"{vendor.upper() if vendor == 'amd' else vendor.capitalize()} GPUs listed "
+        f"{VENDOR_NAMES.get(vendor, vendor)} GPUs listed "
         f"({', '.join(g.id for g in gpus if g.vendor == vendor)}): CUDA-only code (custom CUDA kernels, "
         f"CUDA-only libraries) does not run on them; they need {_SOFTWARE_STACK.get(vendor, 'their own software stack')}. "
         "Their speeds come from constants calibrated on NVIDIA GPUs only, with a widened error band"
@@ -864,6 +890,49 @@ def _sort(qualified: list[GpuResult], sort: str) -> list[GpuResult]:
     if sort == "value":
         return sorted(qualified, key=lambda r: (r.value_per_kusd is None, -(r.value_per_kusd or 0), -r.score, r.gpu_id))
     return sorted(qualified, key=lambda r: (-r.score, -_throughput(r), r.gpu_id))
+
+
+def _outclassed(qualified: Sequence[GpuResult]) -> list[GpuResult]:
+    """Each GPU with the first listed GPU that is at least as fast and costs no more, if one is: the rules
+    may rank a GPU high that the speed column and the price say is a worse buy."""
+    out = []
+    for r in qualified:
+        better = next((o for o in qualified if o is not r and r.price is not None and o.price is not None
+                       and _throughput(o) >= _throughput(r) > 0 and o.price.usd <= r.price.usd
+                       and (_throughput(o) > _throughput(r) or o.price.usd < r.price.usd)), None)
+        out.append(r.model_copy(update={"outclassed_by": better.gpu_id}) if better is not None else r)
+    return out
+
+
+VENDOR_NAMES = {"nvidia": "NVIDIA", "amd": "AMD", "intel": "Intel"}
+
+
+def _why_not(name: str, listed: Sequence[GpuResult], excluded: Sequence[GpuResult], pool: Sequence[Gpu],
+             req: RecommendRequest) -> WhyNot:
+    """Why ``name`` is not first: its exclusions, or its rank and how it compares with the first."""
+    found = next((r for r in [*listed, *excluded] if r.gpu_id == name), None)
+    if found is None:
+        gpu = next((g for g in pool if g.id == name), None)
+        who = VENDOR_NAMES.get(gpu.vendor, gpu.vendor) if gpu is not None else ""
+        why = (f"not considered: it is {'an' if who[:1] in 'AEIOU' else 'a'} {who} GPU, and only "
+               f"{VENDOR_NAMES.get(req.vendor, req.vendor)} GPUs were (ask for its vendor, or any)"
+               if gpu is not None and gpu.vendor != req.vendor else "not among the GPUs considered (see the segments "
+               "and the local GPUs asked for)")
+        return WhyNot(asked=name, gpu_id=gpu.id if gpu else None, rank=None, reasons=(why,))
+    if found.excluded_by:
+        return WhyNot(asked=name, gpu_id=found.gpu_id, rank=None,
+                      reasons=tuple(f"excluded by {f.rule}: {f.message}" for f in found.excluded_by))
+    first = listed[0]
+    reasons = [f"ranked {found.rank} of {len(listed)} by {req.sort}"]
+    if found is not first:
+        if _throughput(found) > 0 and _throughput(first) > 0:
+            reasons.append(f"{first.gpu_id} is {_throughput(first) / _throughput(found):.2f}x its speed")
+        reasons.append(f"score {found.score:.1f} against {first.gpu_id}'s {first.score:.1f}")
+        prices = [f"${p.usd:,.0f}" if p is not None else "unknown" for p in (found.price, first.price)]
+        reasons.append(f"price {prices[0]} against {prices[1]}")
+    if found.outclassed_by:
+        reasons.append(f"{found.outclassed_by} is at least as fast for no more money")
+    return WhyNot(asked=name, gpu_id=found.gpu_id, rank=found.rank, reasons=tuple(reasons))
 
 
 def _with_key_specs(res: GpuResult, gpu: Gpu, key_fields: Sequence[str], precision: str, **update: Any) -> GpuResult:

@@ -158,6 +158,8 @@ def reason_lines(r: GpuResult, limit: int = 3) -> list[str]:
         out.append(f"+{c.points:4.1f} {c.field} {value}{best}: {c.message}")
     for a in r.advisories:
         out.append(f"  ! {a.message}")
+    if r.outclassed_by:
+        out.append(f"  ! {r.outclassed_by} is at least as fast for no more money")
     if r.speed is not None and r.speed.note and r.speed.throughput_per_s is None:
         out.append(f"  ! speed: {r.speed.note}")
     return out
@@ -254,4 +256,7 @@ def recommend_renderables(
                                  "constraint that excluded each.")]
     if rec.sharded_options:
         parts += [Text(""), Text(sharded_text(rec))]
+    for w in rec.why_not:
+        parts += [Text(""), Text(f"Why not {w.asked}?", style="bold")]
+        parts += [Text(f"  {reason}") for reason in w.reasons]
     return parts
