@@ -28,14 +28,21 @@ CASES = {
     "estimate-resnet50-cluster": ["estimate", "--model", "resnet50", "--gpu", "v100-sxm2-16gb", "--gpus", "8",
                                   "--nodes", "4", "--interconnect", "ib-edr", "--precision", "mixed"],
     "models": ["models"],
+    # at 80 columns (COLUMNS=80 below): the bars and the key-spec columns go, numbers stay whole
+    "recommend-cnn-budget-80": ["recommend", "--workload", "cnn", "--budget", "10000", "--top", "3"],
 }
+#: cases laid out for a narrower terminal than conftest's
+WIDTHS = {"recommend-cnn-budget-80": 80}
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_human_output_matches_golden(cli, name):
-    result = cli(*CASES[name])
+    result = cli(*CASES[name], env={"COLUMNS": str(WIDTHS[name])} if name in WIDTHS else None)
     assert result.exit_code == 0, result.stderr
     assert "\x1b[" not in result.stdout  # NO_COLOR: plain text
+    if name in WIDTHS:
+        table = result.stdout.split("Top 3 of")[1]
+        assert max(len(line.rstrip()) for line in table.splitlines()) <= WIDTHS[name]
     path = GOLDEN / f"{name}.txt"
     if os.environ.get("GPUSIZER_UPDATE_GOLDEN"):
         path.write_text(result.stdout, encoding="utf-8")

@@ -170,7 +170,9 @@ def recommend_cmd(
 
         cli._warn(ctx, result.notes)
         console = cli._console(ctx)
-        for part in recommend_renderables(result.results, show_excluded=show_excluded, rules_files=result.rules_files):
+        # a pipe without COLUMNS is 200 wide (render.common.make_console): every column stays
+        for part in recommend_renderables(result.results, show_excluded=show_excluded, rules_files=result.rules_files,
+                                          width=console.width):
             console.print(part)
     if not result.fits:
         raise typer.Exit(int(ExitCode.NOTHING_FITS))

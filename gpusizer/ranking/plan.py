@@ -78,8 +78,8 @@ def plan_purchase(
     configs.sort(key=lambda c: (-c.throughput_per_s, -c.score, c.gpu_id))
     unit = configs[0].unit if configs else "throughput"
     notes = ("GPU prices only (street, else launch): no hosts, power or networking",
-             f"as many as the budget buys, {MAX_GPUS_PER_NODE} per node (SXM in boards of {MAX_GPUS_PER_NODE}); "
-             "more nodes only with GPUDirect RDMA")
+             f"as many as the budget buys, {MAX_GPUS_PER_NODE} a node (SXM: boards of {MAX_GPUS_PER_NODE}); "
+             "nodes need RDMA")
     return Plan(objective="budget", goal=f"the most {unit} for ${budget:,.0f} of GPUs",
                 configurations=_numbered(configs, preq.top), considered=considered, met=len(configs),
                 notes=notes + tuple(base.notes))

@@ -92,11 +92,11 @@ def header_lines(rec: Recommendation, rules_files: tuple[str, ...] = ()) -> list
 # table
 
 
-def _speed_cells(r: GpuResult) -> tuple[str, str]:
+def _speed_cells(r: GpuResult, bars: bool = True) -> tuple[str, str]:
     s = r.speed
     if s is None or s.throughput_per_s is None:
         return NA, (s.note if s is not None and s.note else "")
-    rel = f"{s.relative:.2f} {bar(s.relative, 8)}" if s.relative is not None else ""
+    rel = (f"{s.relative:.2f} {bar(s.relative, 8)}" if bars else f"{s.relative:.2f}") if s.relative is not None else ""
     unit = UNIT_SHORT.get(s.unit, s.unit)
     return rel, f"{fmt(float(s.throughput_per_s))} {unit}".strip()
 
@@ -120,7 +120,7 @@ def _fits_cell(r: GpuResult) -> str:
 
 
 def table_rows(
-    rec: Recommendation, results: Sequence[GpuResult],
+    rec: Recommendation, results: Sequence[GpuResult], *, bars: bool = True,
 ) -> tuple[list[str], list[list[str]], list[bool]]:
     value_unit = rec.value_unit
     for unit, short in UNIT_SHORT.items():
@@ -130,13 +130,35 @@ def table_rows(
     numeric = [True, False, True, *([True] * len(rec.key_fields)), False, False, True, True, True]
     rows = []
     for r in results:
-        rel, absolute = _speed_cells(r)
+        rel, absolute = _speed_cells(r, bars)
         rows.append([
             str(r.rank) if r.rank is not None else "-", r.label, f"{r.score:.1f}",
             *(fmt(r.key_specs.get(f)) for f in rec.key_fields),
             _fits_cell(r), rel, absolute, _price_cell(r), _value_cell(r),
         ])
     return headers, rows, numeric
+
+
+def fitted_table(rec: Recommendation, results: Sequence[GpuResult], width: int | None) -> tuple[str, list[str]]:
+    """The ranking table laid out within ``width`` columns: the bars go first, then the key-spec
+    columns (least important first), then value and fits; numbers are never cut. None: every column."""
+    for bars in (True, False):
+        headers, rows, numeric = table_rows(rec, results, bars=bars)
+        head, lines = _layout(headers, rows, numeric)
+        if width is None or len(head) <= width and all(len(line) <= width for line in lines):
+            return head, lines
+    assert width is not None
+    n_keys = len(rec.key_fields)
+    fits_col, value_col = 3 + n_keys, len(headers) - 1
+    drop_order = [*(3 + i for i in reversed(range(n_keys))), value_col, fits_col, 2]
+    keep = list(range(len(headers)))
+    for col in drop_order:
+        keep.remove(col)
+        head, lines = _layout([headers[i] for i in keep], [[r[i] for i in keep] for r in rows],
+                              [numeric[i] for i in keep])
+        if len(head) <= width and all(len(line) <= width for line in lines):
+            break
+    return head, lines
 
 
 def _layout(headers: list[str], rows: list[list[str]], numeric: list[bool]) -> tuple[str, list[str]]:
@@ -165,15 +187,24 @@ def reason_lines(r: GpuResult, limit: int = 3) -> list[str]:
     return out
 
 
-def ranking_text(rec: Recommendation, *, reasons: int = 3) -> str:
-    headers, rows, numeric = table_rows(rec, rec.ranked)
-    head, lines = _layout(headers, rows, numeric)
+def ranking_text(rec: Recommendation, *, reasons: int = 3, width: int | None = None) -> str:
+    head, lines = fitted_table(rec, rec.ranked, width)
     indent = " " * 4
     out = [head, "-" * len(head)]
     for r, line in zip(rec.ranked, lines, strict=True):
         out.append(line)
-        out.extend(indent + reason for reason in reason_lines(r, reasons))
+        out.extend(_fit_words(indent + reason, width) for reason in reason_lines(r, reasons))
     return "\n".join(out)
+
+
+def _fit_words(line: str, width: int | None) -> str:
+    """A reason line within ``width``: its wording is shortened at a word with "…"; the figures before
+    the ": " that starts the wording are never cut."""
+    if width is None or len(line) <= width or ": " not in line:
+        return line
+    keep = line.index(": ") + 2
+    cut = line.rfind(" ", keep, width - 1)
+    return line if cut <= keep else line[:cut] + " …"
 
 
 def excluded_text(rec: Recommendation) -> str:
@@ -226,8 +257,9 @@ def plan_text(plan: Plan) -> str:
 
 
 def recommend_renderables(
-    rec: Recommendation, *, show_excluded: bool = False, rules_files: tuple[str, ...] = (),
+    rec: Recommendation, *, show_excluded: bool = False, rules_files: tuple[str, ...] = (), width: int | None = None,
 ) -> list[Text]:
+    """What recommend prints; ``width``: lay the ranking out within that many columns (None: all columns)."""
     from rich.text import Text
 
     parts: list[Text] = []
@@ -246,7 +278,7 @@ def recommend_renderables(
         parts.append(Text(""))
     if rec.ranked:
         title = f"Top {len(rec.ranked)} of {rec.qualified} qualifying GPUs, by {rec.sort}"
-        parts += [Text(title, style="bold"), Text(ranking_text(rec), no_wrap=True, overflow="ignore")]
+        parts += [Text(title, style="bold"), Text(ranking_text(rec, width=width), no_wrap=True, overflow="ignore")]
     else:
         parts.append(Text("No GPU qualifies: every candidate was excluded (see below).", style="bold"))
     if show_excluded or not rec.ranked:
