@@ -134,6 +134,17 @@ def format_bytes(n: int | float, *, binary: bool = True, digits: int = 2) -> str
     raise AssertionError("unreachable")
 
 
+def format_duration(seconds: float, *, short: bool = False) -> str:
+    """A wall-clock time in the unit that reads best: s, min, h or days (d when ``short``)."""
+    if seconds < 120:
+        return f"{seconds:,.0f} s"
+    if seconds < 2 * 3600:
+        return f"{seconds / 60:,.1f} min"
+    if seconds < 3 * 86400:
+        return f"{seconds / 3600:,.1f} h"
+    return f"{seconds / 86400:,.1f} {'d' if short else 'days'}"
+
+
 def format_count(n: int | float) -> str:
     """Format a parameter or sample count with a decimal suffix (K, M, B, T).
 

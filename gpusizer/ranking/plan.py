@@ -32,7 +32,7 @@ from gpusizer.performance.planning import training_seconds
 from gpusizer.ranking.configs import Configuration, Plan, PlanRequest
 from gpusizer.ranking.rules import RuleSet
 from gpusizer.ranking.search import Candidate, GpuResult, RecommendRequest, recommend
-from gpusizer.units import format_count
+from gpusizer.units import format_count, format_duration
 
 #: the node sizes a purchase is built from: an 8-GPU server is the largest common PCIe or HGX node
 MAX_GPUS_PER_NODE = 8
@@ -118,7 +118,7 @@ def plan_cloud(
     key = (lambda c: (c.cost_usd or math.inf, c.hours or math.inf)) if preq.objective == "deadline" else (
         lambda c: (c.hours if c.hours is not None else -c.throughput_per_s, c.cost_usd or math.inf))
     configs.sort(key=key)
-    notes = ("on-demand list prices, dated in 'gpusizer systems list'; no storage, egress or discounts",)
+    notes = ("on-demand list prices (dated: gpusizer systems list); no storage or egress",)
     return Plan(objective=preq.objective, goal=_cloud_goal(preq), configurations=_numbered(configs, preq.top),
                 considered=considered, met=len(configs), notes=notes + tuple(base.notes))
 
@@ -225,16 +225,12 @@ def _amount(value: float) -> str:
     return short if float(f"{value:.3g}") == value else f"{value:,.0f}"
 
 
-def _duration(hours: float) -> str:
-    return f"{hours / 24:,.4g} days" if hours >= 48 else f"{hours:,.4g} hours"
-
-
 def _cloud_goal(preq: PlanRequest) -> str:
     job = (f"{_amount(preq.tokens)} tokens" if preq.tokens is not None
            else f"{_amount(preq.samples)} samples" if preq.samples is not None else "the run")
     if preq.objective == "deadline":
         assert preq.deadline_hours is not None
-        return f"the cheapest cloud configuration that trains {job} within {_duration(preq.deadline_hours)}"
+        return f"the cheapest cloud configuration that trains {job} within {format_duration(preq.deadline_hours * 3600)}"
     if preq.objective == "max-cost":
         return f"the fastest cloud configuration that trains {job} for at most ${preq.max_cost_usd:,.0f}"
     return f"the fastest cloud configuration renting for at most ${preq.budget_per_hour_usd:,.2f} an hour"

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from gpusizer.render.common import bar, fmt
-from gpusizer.units import format_bytes, format_count
+from gpusizer.units import format_bytes, format_count, format_duration
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -38,16 +38,6 @@ def _seconds(s: float) -> str:
     if s >= 1e-3:
         return f"{s * 1e3:,.2f} ms"
     return f"{s * 1e6:,.1f} us"
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:,.0f} s"
-    if seconds < 2 * 3600:
-        return f"{seconds / 60:,.1f} min"
-    if seconds < 3 * 86400:
-        return f"{seconds / 3600:,.1f} h"
-    return f"{seconds / 86400:,.1f} days"
 
 
 def _miss_share() -> str:
@@ -156,7 +146,7 @@ def training_table(tt: TrainingTime) -> Table:
     table.add_column("what", style="bold")
     table.add_column("value")
     table.add_row("work", f"{format_count(tt.work_amount)} {tt.work_unit}")
-    table.add_row("wall time", _duration(tt.seconds))
+    table.add_row("wall time", format_duration(tt.seconds))
     table.add_row("GPU-hours", f"{tt.gpu_hours:,.1f}")
     if tt.cost_usd is not None:
         table.add_row("cost", f"${tt.cost_usd:,.2f} at ${tt.price_per_gpu_hour_usd:,.2f} per GPU-hour")

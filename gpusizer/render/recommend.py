@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from gpusizer.render.common import NA, bar, fmt, show_bool, show_value
-from gpusizer.units import format_bytes, format_count
+from gpusizer.units import format_bytes, format_count, format_duration
 
 if TYPE_CHECKING:
     from rich.text import Text
@@ -230,16 +230,14 @@ def sharded_text(rec: Recommendation) -> str:
 
 
 def _hours_cell(hours: float | None) -> str:
-    if hours is None:
-        return NA
-    return f"{hours / 24:,.1f} d" if hours >= 48 else f"{hours:,.1f} h"
+    return format_duration(hours * 3600, short=True) if hours is not None else NA
 
 
 def plan_text(plan: Plan) -> str:
     """The configurations, best first by the objective, with one line of reasons under each."""
     cloud = plan.objective != "budget"
     unit = next((UNIT_SHORT.get(c.unit, c.unit) for c in plan.configurations), "speed")
-    headers = ["#", "configuration", "GPUs", unit, "scaling", *(["$/hour", "time", "cost"] if cloud else ["price"])]
+    headers = ["#", "configuration", "GPUs", unit, "eff.", *(["$/h", "time", "cost"] if cloud else ["price"])]
     numeric = [True, False, True, True, True, *([True] * (3 if cloud else 1))]
     rows = []
     for c in plan.configurations:
