@@ -23,7 +23,8 @@ def test_issue_example_json(cli_json):
     # near-linear with GPUDirect RDMA (SEED-FACTS: 30.6x at 32 GPUs)
     assert 28 <= r["speedup_vs_1gpu"] <= 32
     assert 0 < r["scaling_efficiency"] <= 1
-    assert r["bound"] in ("compute", "memory", "communication")
+    # cnn-train's fitted memory efficiency (15%) is outside its physical 50-95%: no compute/memory label
+    assert r["bound"] is None and any("not called compute- or memory-bound" in n for n in doc["notes"])
     assert r["estimate"]["transport"] == "rdma"
     curve = r["scaling_curve"]
     assert [p["gpus_total"] for p in curve] == [1, 2, 4, 8, 16, 32]
@@ -125,7 +126,9 @@ def test_human_output_has_breakdown_and_curve(cli):
                  "--interconnect", "ib-edr")
     assert result.exit_code == 0, result.stderr
     out = result.stdout
-    assert "(binding)" in out and "Step time" in out
+    # cnn-train's memory efficiency is outside its physical range: the breakdown names no binding resource
+    assert "Step time" in out and "(binding)" not in out and "-bound" not in out.split("Scaling")[0]
+    assert "not called compute- or memory-bound" in result.stderr
     assert "Scaling" in out and "█" in out
     assert "images/s" in out
     assert "Note: cost unknown" in result.stderr

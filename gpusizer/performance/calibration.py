@@ -136,6 +136,20 @@ class Interconnects(BaseModel):
         return links[0]
 
 
+#: The physically plausible range of each efficiency (docs/method.md, "Constants"): dense GEMMs and
+#: convolutions reach 30-95% of the matmul peak and streaming kernels 50-95% of the memory bandwidth.
+#: A fitted constant outside its range carries a missing term of the model, so a step is not called
+#: compute- or memory-bound on its strength.
+PHYSICAL_BOUNDS: dict[str, tuple[float, float]] = {"compute_efficiency": (0.3, 0.95),
+                                                   "memory_efficiency": (0.5, 0.95)}
+
+
+def out_of_range(entry: Efficiency) -> tuple[str, ...]:
+    """The entry's efficiencies outside PHYSICAL_BOUNDS, in words ("memory efficiency 15% (50-95%)")."""
+    return tuple(f"{name.replace('_', ' ')} {getattr(entry, name):.0%} ({lo:.0%}-{hi:.0%})"
+                 for name, (lo, hi) in PHYSICAL_BOUNDS.items() if not lo <= getattr(entry, name) <= hi)
+
+
 class Efficiency(BaseModel):
     """Calibrated efficiencies for one workload class on one architecture generation."""
 

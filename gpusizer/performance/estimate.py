@@ -47,12 +47,14 @@ from gpusizer.domain.shape import ModelShape
 from gpusizer.errors import UsageError
 from gpusizer.hardware.catalog import Gpu
 from gpusizer.performance.calibration import (
+    PHYSICAL_BOUNDS,
     Calibration,
     Efficiency,
     Interconnects,
     Selection,
     load_calibration,
     load_interconnects,
+    out_of_range,
 )
 from gpusizer.performance.comm import allreduce_time_s, collective_link
 from gpusizer.performance.peak import UNKNOWN_RATE_BAND, default_compute_precision, peak_detail, peak_tflops
@@ -99,7 +101,9 @@ class PerfEstimate(BaseModel):
     memory_s: float
     #: communication time (all-reduce, tensor-parallel traffic), before overlap
     comm_s: float
-    bound: Bound
+    #: what the step waits for; None where compute against memory rests on an efficiency outside its
+    #: physical range (calibration.PHYSICAL_BOUNDS): the model cannot tell them apart there
+    bound: Bound | None
     per_gpu_throughput_per_s: float
     scaling_efficiency: float
     speedup_vs_1gpu: float
@@ -398,6 +402,28 @@ def _tensor_parallel(comm: _Comm, work: Work, at: _Layout, links: Interconnects)
     return comm.model_copy(update=update)
 
 
+def _bound(st: StepTime, exposed_comm_s: float, notes: list[str]) -> Bound | None:
+    """The resource the step waits for. Where an efficiency lies outside its physical range
+    (calibration.PHYSICAL_BOUNDS), compute or memory is named only if it binds for every physical
+    value of both efficiencies (a time scales with 1 / efficiency)."""
+    times: dict[Bound, float] = {"compute": st.compute_s, "memory": st.memory_s, "communication": exposed_comm_s}
+    bound = max(times, key=lambda k: times[k])
+    odd = out_of_range(st.efficiency)
+    if bound == "communication" or not odd:
+        return bound
+    eff = st.efficiency
+    (c_lo, c_hi), (m_lo, m_hi) = PHYSICAL_BOUNDS["compute_efficiency"], PHYSICAL_BOUNDS["memory_efficiency"]
+    compute = (st.compute_s * eff.compute_efficiency / c_hi, st.compute_s * eff.compute_efficiency / c_lo)
+    memory = (st.memory_s * eff.memory_efficiency / m_hi, st.memory_s * eff.memory_efficiency / m_lo)
+    if compute[0] > memory[1]:
+        return "compute"
+    if memory[0] > compute[1]:
+        return "memory"
+    notes.append(f"not called compute- or memory-bound: the fitted {' and '.join(odd)} lies outside its "
+                 "physical range, and within that range either could bind (docs/method.md)")
+    return None
+
+
 def _check_counts(grad_accumulation: int, nodes: int) -> None:
     if grad_accumulation < 1:
         raise UsageError("gradient accumulation must be at least 1 micro-batch", field="grad_accumulation")
@@ -467,9 +493,7 @@ def estimate_performance(
         # each GPU does the same work as a lone GPU would; parallelism only adds time
         efficiency = st.step_s / step
         speedup = efficiency * n_total
-    bound_times: dict[Bound, float] = {"compute": st.compute_s, "memory": st.memory_s,
-                                       "communication": comm.exposed_s}
-    bound = max(bound_times, key=lambda k: bound_times[k])
+    bound = _bound(st, comm.exposed_s, notes)
     return PerfEstimate(
         throughput_per_s=throughput, throughput_unit=work.unit, step_time_s=step, compute_s=st.compute_s,
         memory_s=st.memory_s, comm_s=comm.comm_s, bound=bound, per_gpu_throughput_per_s=throughput / n_total,

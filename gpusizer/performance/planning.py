@@ -88,7 +88,7 @@ class ScalingPoint(BaseModel):
     throughput_per_s: float
     speedup_vs_1gpu: float
     scaling_efficiency: float
-    bound: Bound
+    bound: Bound | None
 
 
 def scaling_counts(gpus_per_node: int, nodes: int) -> tuple[tuple[int, int], ...]:

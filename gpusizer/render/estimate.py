@@ -72,8 +72,15 @@ def summary_table(est: PerfEstimate, gpu: Gpu, inputs: Mapping[str, Any], batch_
     table.add_row("workload", f"{est.workload}" + (f", {est.phase}" if est.phase else ""))
     table.add_row("precision", f"{est.compute_precision} at {fmt(est.peak_tflops)} TFLOPS peak ({est.peak_label}); "
                   f"memory counted as {inputs['memory_precision']}")
-    table.add_row("calibrated", f"{est.compute_efficiency:.0%} of peak compute, {est.memory_efficiency:.0%} of "
-                  f"{fmt(gpu.bandwidth_gb_s)} GB/s")
+    from gpusizer.performance.calibration import PHYSICAL_BOUNDS
+
+    def flag(name: str, value: float) -> str:
+        lo, hi = PHYSICAL_BOUNDS[name]
+        return "" if lo <= value <= hi else f" (outside the physical {lo:.0%}-{hi:.0%})"
+
+    table.add_row("calibrated", f"{est.compute_efficiency:.0%} of peak compute"
+                  f"{flag('compute_efficiency', est.compute_efficiency)}, {est.memory_efficiency:.0%} of "
+                  f"{fmt(gpu.bandwidth_gb_s)} GB/s{flag('memory_efficiency', est.memory_efficiency)}")
     if n > 1:
         table.add_row("scaling", f"{est.speedup_vs_1gpu:.1f}x the speed of 1 GPU ({est.scaling_efficiency:.0%} "
                       "efficiency)")
@@ -101,7 +108,8 @@ def breakdown_table(est: PerfEstimate) -> Table:
         launch = {True: "; each step one CUDA graph", False: "; kernels launched one by one", None: ""}[est.cuda_graphs]
         rows.append(("fixed overhead", est.overhead_s, f"kernel launches and synchronisation per layer{launch}"))
     longest = max([t for _, t, _ in rows] + [est.step_time_s]) or 1.0
-    table = Table(title=f"Step time {_seconds(est.step_time_s)}: {est.bound}-bound", title_justify="left",
+    title = f"Step time {_seconds(est.step_time_s)}" + (f": {est.bound}-bound" if est.bound else "")
+    table = Table(title=title, title_justify="left",
                   box=box.SIMPLE_HEAD)
     table.add_column("resource")
     table.add_column("time", justify="right")
