@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -183,19 +184,33 @@ def split_calibration(calibrate_module):
     return load_calibration(calibrate_module.SPLIT_OUT)
 
 
-def test_held_out_error_is_below_20_percent(cases, calibrate_module, split_calibration):
-    """Target: median relative error <= 15% on held-out measurements across >= 8 GPUs;
-    this test fails above 20%. The split holds out whole GPUs (benchmarks/calibrate.py)."""
+def test_held_out_split_is_by_die_and_unseen_and_its_error_is_gated(cases, calibrate_module, split_calibration):
+    """The split holds out whole dies (benchmarks/calibrate.py): the split fit never saw a held-out row
+    or GPU. Target (issue 18): held-out median error <= 10%. It is not met: held out by die (GH100, AD104,
+    AD103) the median is 26.6% (docs/accuracy.md); this test fails if it grows past 30%, a regression gate,
+    not the target."""
     usable, _ = cases
     calib, held = calibrate_module.split(usable)
     report = calibrate_module.evaluate(held, split_calibration)
-    assert len(report["gpus"]) >= 8
+    assert len(calibrate_module.held_out_dies(usable)) >= 3 and len(report["gpus"]) >= 7
     assert not set(report["gpus"]) & {c.gpu.id for c in calib}
-    # the split fit never saw a held-out row
+    assert not {c.gpu.die for c in held} & {c.gpu.die for c in calib}
     fitted = {i for e in split_calibration.efficiencies for i in e.fitted_on}
     fitted |= set(split_calibration.data_parallel_overhead_fitted_on)
     assert not fitted & {c.id for c in held}
-    assert report["median_abs_rel_error"] <= 0.20, report["median_abs_rel_error"]
+    assert report["median_abs_rel_error"] <= 0.30, report["median_abs_rel_error"]
+
+
+@pytest.mark.skipif(not os.environ.get("GPUSIZER_SLOW"),
+                    reason="refits the performance model on every row (about 2 minutes): CI runs it with GPUSIZER_SLOW=1")
+def test_a_refit_from_scratch_gives_the_shipped_constants(cases, calibrate_module):
+    """benchmarks/calibrate.py's fit on all usable rows, from its starting point, is data/calibration.yaml."""
+    usable, _ = cases
+    fresh = calibrate_module._rounded(calibrate_module.fit(usable))
+    shipped = load_calibration()
+    assert fresh.data_parallel_overhead == shipped.data_parallel_overhead
+    assert fresh.roofline_exponent == shipped.roofline_exponent
+    assert [e.model_dump() for e in fresh.efficiencies] == [e.model_dump() for e in shipped.efficiencies]
 
 
 def test_calibration_file_with_graph_overhead_above_eager_is_rejected(tmp_path):
@@ -211,16 +226,21 @@ def test_calibration_file_with_graph_overhead_above_eager_is_rejected(tmp_path):
     assert "graph_layer_overhead_us" in str(err.value) and "only removes launch time" in str(err.value)
 
 
-def test_split_never_moves_a_gpu_when_gpus_are_added(cases, calibrate_module):
-    """Adding a GPU's rows leaves every other GPU in its split (a rule over the sorted list of
-    ids, as before, shifted every later GPU by one place)."""
+def test_split_holds_out_whole_dies_and_never_moves_a_gpu(cases, calibrate_module):
+    """The split is by die: every card on a die falls on one side (no A100 80GB held out while its 40GB
+    twin calibrates), and adding a GPU's rows leaves every other GPU where it was."""
     usable, _ = cases
     full = set(calibrate_module.held_out_gpus(usable))
     gpus = sorted({c.gpu.id for c in usable})
     for dropped in (gpus[0], gpus[len(gpus) // 2], "rtx-3070"):
         fewer = [c for c in usable if c.gpu.id != dropped]
         assert set(calibrate_module.held_out_gpus(fewer)) == full - {dropped}, dropped
-    assert calibrate_module.is_held_out("a30") and not calibrate_module.is_held_out("h100-sxm5-80gb")
+    by_die: dict[str, set[bool]] = {}
+    for c in usable:
+        by_die.setdefault(c.gpu.die, set()).add(c.gpu.id in full)
+    assert all(len(sides) == 1 for sides in by_die.values()), by_die
+    assert {"h100-sxm5-80gb", "h100-pcie-80gb", "h200-sxm-141gb"} <= full  # GH100
+    assert not {"a100-sxm4-80gb", "a100-sxm4-40gb", "a30"} & full  # GA100
 
 
 def test_recorded_errors_match_a_fresh_evaluation(cases, calibrate_module, split_calibration):

@@ -104,6 +104,9 @@ class Gpu(BaseModel):
     # family
     segment: Segment
     architecture: Architecture
+    #: the silicon die (GA102, GH100, AD102, ...): cards on one die share their efficiencies, so the
+    #: performance model's held-out split keeps a die's cards together (benchmarks/calibrate.py)
+    die: str | None = Field(default=None, min_length=2, max_length=40)
     #: CUDA compute capability: required on NVIDIA entries, null on the others (not CUDA devices)
     compute_capability: str | None = Field(default=None, pattern=r"^[0-9]+\.[0-9]+$")
     launch_year: int = Field(ge=2010, le=2035)
