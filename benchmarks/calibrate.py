@@ -90,8 +90,8 @@ REFIT_SWEEPS = 2
 #: what a generation entry fits; the rest comes from its class's "all" entry
 GEN_FITTED: tuple[str, ...] = ("compute_efficiency",)
 #: a GPU is held out, with every other card on its die, when int(sha256(die)) % HOLD_OUT_MODULUS == 0.
-#: 2 holds out GH100, AD104 and AD103 (94 of 428 rows, 22%), the size nearest the third of the rows the
-#: former split by catalog id held out; 3 would hold out 29 rows (7%). Chosen by size, before any error.
+#: 2 holds out GH100, AD104 and AD103 (85 of 414 usable rows, 21%), the size nearest the third of the rows
+#: the former split by catalog id held out; 3 would hold out 28 rows (7%). Chosen by size, before any error.
 HOLD_OUT_MODULUS = 2
 
 #: rows left out entirely, with the reason

@@ -89,7 +89,7 @@ def recommend(
         interconnect=interconnect, budget_usd=budget, max_power_w=max_power, require=tuple(require),
         segments=tuple(segments), top=top, sort=sort, vendor=vendor.lower(), system=sys_.id if sys_ else None,
         run_settings={k: v for k, v in settings.items() if v is not None},
-        why_not=tuple(cat.resolve(name).gpu.id for name in why_not),
+        why_not=tuple({cat.resolve(name).gpu.id: name for name in reversed(list(why_not))}.items())[::-1],
     )
     candidates, notes = _candidates(probe, cat)
     if sys_ is not None:
@@ -122,7 +122,7 @@ def _inputs(req: RecommendRequest, rec: Recommendation, preq: PlanRequest | None
         "optimizer": req.optimizer, "strategy": req.strategy, "gpus_per_node": req.gpus_per_node, "nodes": req.nodes,
         "budget_usd": req.budget_usd, "max_power_w": req.max_power_w, "require": list(req.require),
         "segments": list(req.segments), "vendor": req.vendor, "top": req.top, "sort": req.sort, "local": local,
-        "system": req.system, **run, "why_not": list(req.why_not), "objective": preq.objective if preq else None,
+        "system": req.system, **run, "why_not": [asked for _, asked in req.why_not], "objective": preq.objective if preq else None,
         "deadline_hours": preq.deadline_hours if preq else None, "tokens": preq.tokens if preq else None,
         "samples": preq.samples if preq else None,
     }

@@ -142,8 +142,8 @@ class RecommendRequest(BaseModel):
     vendor: str = "nvidia"
     top: int | None = DEFAULT_TOP
     sort: str = "speed"
-    #: catalog ids of GPUs to explain: why they are not first, or why they are excluded
-    why_not: tuple[str, ...] = ()
+    #: GPUs to explain, once each as (catalog id, the name as given): why they are not first, or excluded
+    why_not: tuple[tuple[str, str], ...] = ()
 
     @property
     def total_gpus(self) -> int:
@@ -663,8 +663,8 @@ def recommend(
         excluded=excluded,
         sharded_options=_sharded_options(results, req, run.mem_cfg) if req.shape is not None else (),
         notes=(*_notes(run, fit_notes), *_vendor_notes([by_label[r.label].gpu for r in ranked])),
-        why_not=tuple(_why_not(name, [*ranked, *beyond], excluded, pool or [c.gpu for c in candidates], req)
-                      for name in req.why_not),
+        why_not=tuple(_why_not(gpu_id, asked, [*ranked, *beyond], excluded, pool or [c.gpu for c in candidates], req)
+                      for gpu_id, asked in req.why_not),
     )
 
 
@@ -907,8 +907,8 @@ def _outclassed(qualified: Sequence[GpuResult]) -> list[GpuResult]:
 VENDOR_NAMES = {"nvidia": "NVIDIA", "amd": "AMD", "intel": "Intel"}
 
 
-def _why_not(name: str, listed: Sequence[GpuResult], excluded: Sequence[GpuResult], pool: Sequence[Gpu],
-             req: RecommendRequest) -> WhyNot:
+def _why_not(name: str, asked: str, listed: Sequence[GpuResult], excluded: Sequence[GpuResult],
+             pool: Sequence[Gpu], req: RecommendRequest) -> WhyNot:
     """Why ``name`` is not first: its exclusions, or its rank and how it compares with the first."""
     found = next((r for r in [*listed, *excluded] if r.gpu_id == name), None)
     if found is None:
@@ -916,11 +916,11 @@ def _why_not(name: str, listed: Sequence[GpuResult], excluded: Sequence[GpuResul
         who = VENDOR_NAMES.get(gpu.vendor, gpu.vendor) if gpu is not None else ""
         why = (f"not considered: it is {'an' if who[:1] in 'AEIOU' else 'a'} {who} GPU, and only "
                f"{VENDOR_NAMES.get(req.vendor, req.vendor)} GPUs were (ask for its vendor, or any)"
-               if gpu is not None and gpu.vendor != req.vendor else "not among the GPUs considered (see the segments "
-               "and the local GPUs asked for)")
-        return WhyNot(asked=name, gpu_id=gpu.id if gpu else None, rank=None, reasons=(why,))
+               if gpu is not None and gpu.vendor != req.vendor else "not among the GPUs considered (see the segments, "
+               "the system and the local GPUs asked for)")
+        return WhyNot(asked=asked, gpu_id=gpu.id if gpu else None, rank=None, reasons=(why,))
     if found.excluded_by:
-        return WhyNot(asked=name, gpu_id=found.gpu_id, rank=None,
+        return WhyNot(asked=asked, gpu_id=found.gpu_id, rank=None,
                       reasons=tuple(f"excluded by {f.rule}: {f.message}" for f in found.excluded_by))
     first = listed[0]
     reasons = [f"ranked {found.rank} of {len(listed)} by {req.sort}"]
@@ -932,7 +932,7 @@ def _why_not(name: str, listed: Sequence[GpuResult], excluded: Sequence[GpuResul
         reasons.append(f"price {prices[0]} against {prices[1]}")
     if found.outclassed_by:
         reasons.append(f"{found.outclassed_by} is at least as fast for no more money")
-    return WhyNot(asked=name, gpu_id=found.gpu_id, rank=found.rank, reasons=tuple(reasons))
+    return WhyNot(asked=asked, gpu_id=found.gpu_id, rank=found.rank, reasons=tuple(reasons))
 
 
 def _with_key_specs(res: GpuResult, gpu: Gpu, key_fields: Sequence[str], precision: str, **update: Any) -> GpuResult:

@@ -150,14 +150,29 @@ def fitted_table(rec: Recommendation, results: Sequence[GpuResult], width: int |
     assert width is not None
     n_keys = len(rec.key_fields)
     fits_col, value_col = 3 + n_keys, len(headers) - 1
-    drop_order = [*(3 + i for i in reversed(range(n_keys))), value_col, fits_col, 2]
+    # the key specs go first (least important first), then value (unless it is the sort key), fits and score
+    drop_order = [*(3 + i for i in reversed(range(n_keys))), *([value_col] if rec.sort != "value" else []),
+                  fits_col, 2]
     keep = list(range(len(headers)))
+
+    def laid(cols: list[int]) -> tuple[str, list[str]]:
+        return _layout([headers[i] for i in cols], [[r[i] for i in cols] for r in rows], [numeric[i] for i in cols])
+
+    def fits(table: tuple[str, list[str]]) -> bool:
+        return len(table[0]) <= width and all(len(line) <= width for line in table[1])
+
+    dropped: list[int] = []
     for col in drop_order:
         keep.remove(col)
-        head, lines = _layout([headers[i] for i in keep], [[r[i] for i in keep] for r in rows],
-                              [numeric[i] for i in keep])
-        if len(head) <= width and all(len(line) <= width for line in lines):
+        dropped.append(col)
+        if fits(laid(keep)):
             break
+    # then take back what fits again, most important first (a later drop may have made room)
+    for col in reversed(dropped):
+        trial = sorted([*keep, col])
+        if fits(laid(trial)):
+            keep = trial
+    head, lines = laid(keep)
     return head, lines
 
 
