@@ -164,7 +164,7 @@ def estimate_cmd(
 
     _warn(ctx, list(result.notes))
     console = _console(ctx)
-    for part in estimate_renderables(result):
+    for part in estimate_renderables(result, width=console.width):
         console.print(part)
     if not result.fits:
         raise typer.Exit(int(ExitCode.NOTHING_FITS))

@@ -125,24 +125,26 @@ def breakdown_table(est: PerfEstimate) -> Table:
     return table
 
 
-def scaling_table(points: Sequence[ScalingPoint], unit: str) -> Table:
-    """The scaling curve: speed-up against GPU count, drawn with bars."""
+def scaling_table(points: Sequence[ScalingPoint], unit: str, width: int | None = None) -> Table:
+    """The scaling curve: speed-up against GPU count, drawn with bars that shrink to ``width`` columns
+    before any number does (the other columns take about 62)."""
     from rich import box
     from rich.table import Table
 
     best = max((p.speedup_vs_1gpu for p in points), default=1.0) or 1.0
     top = max((p.gpus_total for p in points), default=1)
     table = Table(title="Scaling (same batch per GPU)", title_justify="left", box=box.SIMPLE_HEAD)
-    table.add_column("GPUs", justify="right")
-    table.add_column("layout")
-    table.add_column(unit, justify="right")
-    table.add_column("speed-up", justify="right")
-    table.add_column("efficiency", justify="right")
-    table.add_column("speed-up (bar: ideal = " + f"{top}x)", no_wrap=True)
+    bar_width = 40 if width is None else max(6, min(40, width - 62))
+    table.add_column("GPUs", justify="right", no_wrap=True)
+    table.add_column("layout", no_wrap=True)
+    table.add_column(unit, justify="right", no_wrap=True)
+    table.add_column("speed-up", justify="right", no_wrap=True)
+    table.add_column("efficiency", justify="right", no_wrap=True)
+    table.add_column(f"bar: ideal {top}x" if bar_width < 30 else f"speed-up (bar: ideal = {top}x)", no_wrap=True)
     for p in points:
         layout = f"{p.gpus_per_node} x {p.nodes} nodes" if p.nodes > 1 else f"{p.gpus_per_node} in 1 node"
         table.add_row(str(p.gpus_total), layout, f"{p.throughput_per_s:,.0f}", f"{p.speedup_vs_1gpu:.2f}x",
-                      f"{p.scaling_efficiency:.0%}", bar(p.speedup_vs_1gpu / max(best, top), 40))
+                      f"{p.scaling_efficiency:.0%}", bar(p.speedup_vs_1gpu / max(best, top), bar_width))
     return table
 
 
@@ -181,7 +183,7 @@ def serving_table(s: ServingSpeed) -> Table:
     return table
 
 
-def estimate_renderables(result: EstimateResult) -> list[Table | Text]:
+def estimate_renderables(result: EstimateResult, width: int | None = None) -> list[Table | Text]:
     """Everything ``estimate`` shows for a run that fits, top to bottom."""
     from rich.text import Text
 
@@ -190,7 +192,7 @@ def estimate_renderables(result: EstimateResult) -> list[Table | Text]:
     assert est is not None  # a run that fits has an estimate
     parts: list[Table | Text] = [
         summary_table(est, result.gpu, result.input, res.batch_source), breakdown_table(est),
-        scaling_table(list(res.scaling_curve), est.throughput_unit),
+        scaling_table(list(res.scaling_curve), est.throughput_unit, width),
     ]
     if res.serving is not None:
         parts.append(serving_table(res.serving))
