@@ -162,3 +162,10 @@ def test_the_quadro_rtx_8000_no_longer_outranks_a_faster_cheaper_rtx_3090(cli_js
     assert why["gpu_id"] == "quadro-rtx-8000" and why["rank"] == quadro["rank"]
     assert any("at least as fast for no more money" in r for r in why["reasons"])
     assert amd["gpu_id"] == "mi300x" and amd["rank"] is None and "AMD" in amd["reasons"][0]
+
+
+def test_adapters_read_as_a_frozen_16_bit_base(cli_json):
+    doc = cli_json("recommend", "--workload", "llm-train", "--model", "llama-3.1-8b", "--qlora", "--top", "1")
+    assert doc["results"]["precision"] == "bf16" and doc["results"]["precision_from"] == "adapter default"
+    plain = cli_json("recommend", "--workload", "llm-train", "--model", "llama-3.1-8b", "--top", "1", code=0)
+    assert plain["results"]["precision_from"] == "workload default"

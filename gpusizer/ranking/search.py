@@ -278,7 +278,8 @@ class Recommendation(BaseModel):
     description: str
     mode: Mode
     precision: str
-    precision_from: Literal["given", "workload default"]
+    #: where the precision came from: the request, the adapters' frozen 16-bit base (LoRA, QLoRA), or the workload
+    precision_from: Literal["given", "adapter default", "workload default"]
     #: the memory model's precision for this run (domain.precision.storage_precision)
     model_precision: str
     tf32: bool
@@ -652,7 +653,9 @@ def recommend(
     unit = next((r.speed.unit for r in qualified if r.speed is not None and r.speed.unit), "")
     return Recommendation(
         workload=wl.name, description=wl.description, mode=wl.mode, precision=run.precision,
-        precision_from="given" if req.precision else "workload default", model_precision=run.model_precision,
+        precision_from="given" if req.precision else (
+            "adapter default" if req.run_settings.get("adapter") is not None and wl.mode == "train"
+            else "workload default"), model_precision=run.model_precision,
         tf32=run.tf32, gpus_per_node=req.gpus_per_node, nodes=req.nodes,
         model_name=req.shape.name if req.shape else None, params=req.shape.params if req.shape else None,
         memory_needed_bytes=memory_needed, speed_basis=_speed_basis(wl, req, run.precision, speed_shape),

@@ -65,7 +65,9 @@ def header_lines(rec: Recommendation, rules_files: tuple[str, ...] = ()) -> list
     cluster = f"{gpus} GPU{'s' if gpus > 1 else ''}"
     if rec.nodes > 1 or rec.gpus_per_node > 1:
         cluster += f" ({rec.nodes} node{'s' if rec.nodes > 1 else ''} x {rec.gpus_per_node} per node)"
-    read = f"precision {rec.precision} ({rec.precision_from}): {precision_words(rec.precision, rec.tf32)}"
+    words = ("the frozen base in this precision, the adapters and their optimizer state in fp32 (peft with "
+             "Trainer(bf16=True))" if rec.precision_from == "adapter default" else precision_words(rec.precision, rec.tf32))
+    read = f"precision {rec.precision} ({rec.precision_from}): {words}"
     if rec.speed_method == "performance-model":
         read = f"{MODE_WORDS[rec.mode]}, {read}"
     read += f"; {cluster}"
