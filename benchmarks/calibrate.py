@@ -62,7 +62,12 @@ from gpusizer.domain.run import RunConfig  # noqa: E402
 from gpusizer.domain.shape import ModelShape, shape_from_model  # noqa: E402
 from gpusizer.hardware.catalog import Gpu, load_catalog  # noqa: E402
 from gpusizer.models.zoo import load_zoo  # noqa: E402
-from gpusizer.performance.calibration import Calibration, Efficiency, load_calibration  # noqa: E402
+from gpusizer.performance.calibration import (  # noqa: E402
+    PHYSICAL_BOUNDS,
+    Calibration,
+    Efficiency,
+    load_calibration,
+)
 from gpusizer.performance.estimate import estimate_performance  # noqa: E402
 from gpusizer.performance.work import workload_class  # noqa: E402
 
@@ -392,12 +397,9 @@ BOUNDS = {
     "data_parallel_overhead": (0.0, 0.5),
     "roofline_exponent": (1.0, 8.0),
 }
-#: physical bounds where the model's traffic is counted operation by operation (zoo CNNs,
-#: data/cnn_ops.json): dense convolutions reach 30-95% of the matmul peak, and streaming
-#: kernels 50-95% of the memory bandwidth. A fit that presses on a bound signals a missing term.
-CLASS_BOUNDS: dict[str, dict[str, tuple[float, float]]] = {
-    cls: {"compute_efficiency": (0.3, 0.95), "memory_efficiency": (0.5, 0.95)} for cls in ("cnn-infer",)
-}
+#: the physical bounds (calibration.PHYSICAL_BOUNDS) are enforced where the model's traffic is counted
+#: operation by operation (zoo CNNs, data/cnn_ops.json). A fit that presses on a bound signals a missing term.
+CLASS_BOUNDS: dict[str, dict[str, tuple[float, float]]] = {cls: dict(PHYSICAL_BOUNDS) for cls in ("cnn-infer",)}
 
 
 def bounds(workload: str, name: str) -> tuple[float, float]:

@@ -28,10 +28,11 @@ sys.path.insert(0, str(ROOT))
 from gpusizer.domain.run import make_run_config  # noqa: E402
 from gpusizer.domain.shape import shape_from_model  # noqa: E402
 from gpusizer.hardware.catalog import load_catalog  # noqa: E402
+from gpusizer.hardware.systems import Nics  # noqa: E402
 from gpusizer.models.zoo import load_zoo  # noqa: E402
 from gpusizer.performance.calibration import load_interconnects  # noqa: E402
 from gpusizer.performance.estimate import estimate_performance  # noqa: E402
-from gpusizer.performance.topology import Topology, default_p2p, node_topology  # noqa: E402
+from gpusizer.performance.topology import Topology, default_p2p, network_for, node_topology  # noqa: E402
 
 REFS = ROOT / "tests" / "data" / "scaling_refs.yaml"
 #: the source's model names -> (zoo name, sequence length)
@@ -55,9 +56,15 @@ def _topology(row: dict[str, Any], gpu: Any) -> Topology | None:
         update["p2p"] = t["p2p"]
     elif t.get("fabric") in ("pcie", "nvlink-bridge"):
         update["p2p"] = default_p2p(gpu, links)[0]
-    if "roce" in row["id"] and row["nodes"] > 1:
-        # LLM Foundry's A100-40GB tables: "1600 Gbps node-node interconnect (RoCE)"
-        update.update(network="roce-400g", nics_per_node=4)
+    if row["nodes"] > 1 and t.get("nic_gbit_s"):
+        # a node's network as the source gives it (LLM Foundry's A100-40GB tables: "1600 Gbps RoCE"), timed
+        # as the systems' NICs are (performance.topology.network_for)
+        kind = "roce" if str(t.get("rdma")).lower() == "roce" else None
+        nics = Nics(count=t.get("nics_per_node"), total_gbit_s=t["nic_gbit_s"], rdma=kind is not None or None,
+                    kind=kind)
+        network, ports, _ = network_for(nics, links)
+        if network is not None:
+            update.update(network=network, nics_per_node=ports)
     return base.model_copy(update=update) if update else None
 
 

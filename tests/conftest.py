@@ -61,6 +61,18 @@ def cli_json(cli):
     return run
 
 
+def load_script(path: Path, name: str):
+    """A script outside the package (benchmarks/, docs/), imported by path."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 def gpusizer_command() -> list[str]:
     """The installed console script if it is on PATH next to this Python, else -m."""
     script = Path(sys.executable).with_name("gpusizer")

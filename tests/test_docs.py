@@ -10,6 +10,7 @@ from urllib.parse import unquote
 
 import pytest
 import typer.main
+from conftest import load_script
 
 from gpusizer.cli import app
 
@@ -71,10 +72,7 @@ def test_command_reference_is_current():
 
 def test_constants_table_is_current():
     """docs/method.md lists every fitted constant with its bounds, value and rows (docs/gen_constants.py)."""
-    spec = importlib.util.spec_from_file_location("gen_constants", DOCS / "gen_constants.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script(DOCS / "gen_constants.py", "gen_constants")
     text = module.render()
     assert module.current() == text, "docs/method.md's Constants section is out of date: run python docs/gen_constants.py"
     from gpusizer.performance.calibration import load_calibration

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import load_script
 
 import gpusizer.cli.estimate
 import gpusizer.cli.fit
@@ -107,19 +106,10 @@ def test_system_errors_exit_2_with_json(cli, args, message):
     assert message in json.dumps(doc)
 
 
-def _scaling_check():
-    spec = importlib.util.spec_from_file_location("scaling_check", ROOT / "benchmarks" / "scaling_check.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["scaling_check"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_held_out_scaling_error_is_what_the_docs_quote():
     """benchmarks/scaling_check.py over tests/data/scaling_refs.yaml (no constant fitted on it): the
     median and 90th percentile quoted in docs/accuracy.md."""
-    check = _scaling_check()
+    check = load_script(ROOT / "benchmarks" / "scaling_check.py", "scaling_check")
     out = check.check()
     median, p90 = check.summary([r["error"] for r in out["rows"] if r["held_out"]])
     text = (ROOT / "docs" / "accuracy.md").read_text()

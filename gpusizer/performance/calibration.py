@@ -137,7 +137,9 @@ class Interconnects(BaseModel):
 
 
 #: The physically plausible range of each efficiency (docs/method.md, "Constants"): dense GEMMs and
-#: convolutions reach 30-95% of the matmul peak and streaming kernels 50-95% of the memory bandwidth.
+#: convolutions reach 30-95% of the matmul peak and streaming kernels 50-95% of the memory bandwidth
+#: (the ranges issue 18 states; the CNN inference operation tables of data/cnn_ops.json, fitted within
+#: them, reach 0.67 and 0.71).
 #: A fitted constant outside its range carries a missing term of the model, so a step is not called
 #: compute- or memory-bound on its strength.
 PHYSICAL_BOUNDS: dict[str, tuple[float, float]] = {"compute_efficiency": (0.3, 0.95),
