@@ -511,7 +511,7 @@ def test_a_gpu_the_model_does_not_fit_on_is_never_recommended(cli_json):
         assert g["fits"] is False and g["excluded_by"][0]["rule"] == "memory-fit"
         assert BY_ID[g["gpu_id"]].memory_bytes < need
     excluded = {g["gpu_id"]: g for g in res["excluded"]}
-    assert "with strategy tp it needs 2 GPUs" in excluded["rtx-4090"]["excluded_by"][0]["message"]
+    assert "with TP it needs 2 GPUs" in excluded["rtx-4090"]["excluded_by"][0]["message"]
 
 
 def test_a_high_score_does_not_save_a_gpu_the_model_does_not_fit_on(cli_json):
@@ -608,7 +608,7 @@ def test_json_has_every_rule_for_every_gpu_and_the_excluded(cli_json):
 
 def test_human_output_header_table_reasons_and_excluded(cli):
     result = cli("recommend", "--workload", "cnn", "--nodes", "2", "--require", "ecc", "--top", "3",
-                 "--show-excluded")
+                 "--explain")
     assert result.exit_code == 0, result.stderr
     out = result.stdout
     assert "precision mixed (workload default)" in out

@@ -42,11 +42,11 @@ def catalog_list(
     result = api.list_gpus(segment=segment, arch=arch, vendor=vendor, min_memory_gib=min_memory, ecc=ecc, rdma=rdma,
                            nvlink=nvlink, sort=sort, descending=not ascending, catalog=_load_catalog(catalog))
 
-    def table() -> object:
+    def table(width: int) -> object:
         from gpusizer.render.catalog import catalog_table
 
         return catalog_table(result.results, title=f"{len(result.results)} of {result.catalog_size} GPUs",
-                             provenance=show_provenance)
+                             provenance=show_provenance, width=width, sort=sort)
 
     _show(ctx, result, json_out, table)
 
@@ -64,10 +64,10 @@ def catalog_show(
 
     result = api.show_gpu(gpu, catalog=_load_catalog(catalog))
 
-    def table() -> object:
+    def table(width: int) -> object:
         from gpusizer.render.catalog import gpu_detail
 
-        return gpu_detail(result.results, result.formulas)
+        return gpu_detail(result.results, result.formulas, width=width)
 
     _show(ctx, result, json_out, table)
 
@@ -85,9 +85,9 @@ def compare_cmd(
 
     result = api.compare(gpus, catalog=_load_catalog(catalog))
 
-    def table() -> object:
+    def table(width: int) -> object:
         from gpusizer.render.catalog import comparison_table
 
-        return comparison_table(result.comparison)
+        return comparison_table(result.comparison, width=width)
 
     _show(ctx, result, json_out, table)

@@ -18,6 +18,9 @@ from gpusizer.errors import UsageError
 # shared options
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document (docs/json.md).")]
+ExplainOpt = Annotated[bool, typer.Option(
+    "--explain", "-v", help="Show the whole reasoning: every header line, each rule's points in words, every "
+                            "caution and every excluded GPU with its reason.")]
 CatalogOpt = Annotated[
     list[Path] | None,
     typer.Option(
@@ -64,21 +67,25 @@ def _console(ctx: typer.Context, *, stderr: bool = False) -> Any:
 def _warn(ctx: typer.Context, notes: list[str] | tuple[str, ...]) -> None:
     """Notes for people go to stderr, so stdout stays data."""
     if notes:
+        from gpusizer.render.common import wrap_note
+
         console = _console(ctx, stderr=True)
         for note in notes:
-            console.print(f"Note: {note}", markup=False, soft_wrap=True)
+            console.print(wrap_note(note, console.width), markup=False, soft_wrap=True)
 
 
-def _show(ctx: typer.Context, result: Any, json_out: bool, render: Callable[[], Any]) -> None:
-    """A browsing command's output: the JSON document, or its notes on stderr and ``render()``'s
-    table on stdout (``render`` imports rich only when a table is printed)."""
+def _show(ctx: typer.Context, result: Any, json_out: bool, render: Callable[[int], Any]) -> None:
+    """A browsing command's output: the JSON document, or its notes on stderr and ``render(width)``'s
+    table on stdout, laid out for the terminal's width (``render`` imports rich only when a table
+    is printed)."""
     if json_out:
         from gpusizer.render.common import emit_json
 
         emit_json(result.document())
         return
     _warn(ctx, result.notes)
-    _console(ctx).print(render())
+    console = _console(ctx)
+    console.print(render(console.width))
 
 
 

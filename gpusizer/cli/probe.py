@@ -29,10 +29,10 @@ def models_cmd(ctx: typer.Context, json_out: JsonOpt = False) -> None:
 
     result = api.models(cache_dir=_cache_dir())
 
-    def table() -> object:
+    def table(width: int) -> object:
         from gpusizer.render.catalog import models_table
 
-        return models_table(result.results)
+        return models_table(result.results, width=width)
 
     _show(ctx, result, json_out, table)
 

@@ -141,6 +141,7 @@ def recommend_cmd(
     sort: SortOptT = "speed",
     rules: RulesOpt = None,
     show_excluded: ShowExcludedOpt = False,
+    explain: cli.ExplainOpt = False,
     why_not: WhyNotOpt = None,
     local: LocalOpt = False,
     catalog: CatalogOpt = None,
@@ -172,7 +173,7 @@ def recommend_cmd(
         console = cli._console(ctx)
         # a pipe without COLUMNS is 200 wide (render.common.make_console): every column stays
         for part in recommend_renderables(result.results, show_excluded=show_excluded, rules_files=result.rules_files,
-                                          width=console.width):
+                                          width=console.width, explain=explain):
             console.print(part)
     if not result.fits:
         raise typer.Exit(int(ExitCode.NOTHING_FITS))

@@ -79,7 +79,7 @@ def serve_cmd(
 
         _warn(ctx, result.notes)
         console = _console(ctx)
-        console.print(serve_table(result.results))
+        console.print(serve_table(result.results, width=console.width))
         console.print(serve_verdict(result.results), markup=False)
     if not result.fits:
         raise typer.Exit(int(ExitCode.NOTHING_FITS))

@@ -27,10 +27,10 @@ def systems_list(
 
     result = api.list_systems(gpu=gpu, provider=provider, kind=kind, catalog=_load_catalog(catalog))
 
-    def table() -> object:
+    def table(width: int) -> object:
         from gpusizer.render.systems import systems_table
 
-        return systems_table(result.results)
+        return systems_table(result.results, width=width)
 
     _show(ctx, result, json_out, table)
 
@@ -47,9 +47,9 @@ def systems_show(
 
     result = api.show_system(system)
 
-    def table() -> object:
+    def table(width: int) -> object:
         from gpusizer.render.systems import system_detail
 
-        return system_detail(result.results)
+        return system_detail(result.results, width=width)
 
     _show(ctx, result, json_out, table)

@@ -159,6 +159,12 @@ def gpus_per_node_for(strategy: str, shard_gpus: int, nodes: int) -> int:
     return -(-shard_gpus // nodes)
 
 
+def within_node(strategy: str) -> bool:
+    """Whether ``strategy`` keeps its shards inside one node (tensor parallelism does: its
+    all-reduces on every layer need NVLink-class bandwidth)."""
+    return Parallelism.of(strategy, 2).tp > 1
+
+
 def tensor_parallel(tp: int) -> dict[str, int | str]:
     """RunConfig settings for one model split over ``tp`` GPUs by tensor parallelism."""
     return {"gpus": tp, "strategy": "tp" if tp > 1 else "ddp"}
@@ -171,16 +177,41 @@ def sharded_gpus(strategy: str, gpus_per_node: int, nodes: int = 1) -> int:
     return par.tp if par.tp > 1 else par.dp
 
 
+#: How each strategy reads in human output.
+STRATEGY_LABELS: dict[str, str] = {"ddp": "DDP", "zero1": "ZeRO-1", "zero2": "ZeRO-2", "zero3": "ZeRO-3",
+                                   "fsdp": "FSDP", "tp": "TP"}
+
+
+def strategy_label(strategy: str, mode: str) -> str:
+    """``strategy`` in words for a run of ``mode``: a data-parallel strategy serving a model
+    holds whole copies ("replicas"); ZeRO, FSDP and DDP are training words."""
+    if mode == "inference" and not shards_weights(strategy):
+        return "replicas"
+    return STRATEGY_LABELS[strategy]
+
+
+def layout_words(strategy: str, gpus: int, mode: str) -> str:
+    """The run's GPUs in words: "1 GPU", "4 GPUs (TP=4)", "8 GPUs (FSDP)", "2 GPUs (replicas)"."""
+    if gpus <= 1:
+        return "1 GPU"
+    label = strategy_label(strategy, mode)
+    return f"{gpus} GPUs ({label}={gpus})" if strategy == "tp" else f"{gpus} GPUs ({label})"
+
+
 __all__ = [
     "STRATEGIES",
+    "STRATEGY_LABELS",
     "Parallelism",
     "Sharding",
     "Strategy",
     "gpus_per_node_for",
+    "layout_words",
     "sharded_gpus",
     "sharding",
     "sharding_advice",
     "sharding_alternative",
     "tensor_parallel",
+    "within_node",
     "shards_weights",
+    "strategy_label",
 ]

@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from gpusizer.domain.parallelism import sharding_advice, shards_weights
+from gpusizer.domain.parallelism import layout_words, sharding_advice, shards_weights, strategy_label
 from gpusizer.domain.run import RunConfig
 from gpusizer.domain.shape import ModelShape
 from gpusizer.hardware.catalog import Gpu
@@ -173,21 +173,24 @@ def fit_rule_of_thumb(shape: ModelShape, cfg: RunConfig, capacities: Sequence[Ca
 
 def verdict(results: Sequence[GpuFit], cfg: RunConfig, breakdown: MemoryBreakdown) -> str:
     need = format_bytes(breakdown.total_bytes)
-    per = "per GPU" if cfg.gpus > 1 else ""
+    per = f"per GPU on {layout_words(cfg.strategy, cfg.gpus, cfg.mode)}" if cfg.gpus > 1 else ""
     fitting = [r for r in results if r.fits]
     if fitting:
         smallest = min(fitting, key=lambda r: r.memory_bytes)
-        return (
-            f"needs {need} {per}".rstrip()
-            + f"; fits on {len(fitting)} of {len(results)} GPUs, the smallest being "
-            f"{smallest.gpu_id or smallest.gpu_name} ({format_bytes(smallest.memory_bytes)})"
-        )
+        where = f"{smallest.gpu_id or smallest.gpu_name} ({format_bytes(smallest.memory_bytes)})"
+        if len(results) > 1:
+            share = f"{len(fitting)} of the {len(results)}"
+            if len(fitting) == len(results):
+                share = "both" if len(results) == 2 else f"all {len(results)}"
+            where = f"{share} GPUs checked, the smallest being {where}"
+        return f"needs {need} {per}".rstrip() + f"; fits on {where}"
     sharded = [r for r in results if r.min_gpus is not None]
     if sharded:
         best = min(sharded, key=lambda r: (r.min_gpus, r.memory_bytes))
         return (
             f"needs {need} {per}".rstrip()
-            + f"; fits on no GPU as configured; with {cfg.strategy} it needs {best.min_gpus} x "
+            + f"; fits on no GPU as configured; with {strategy_label(cfg.strategy, cfg.mode)} it needs "
+            f"{best.min_gpus} x "
             f"{best.gpu_id or best.gpu_name}"
         )
     ideas = []

@@ -22,7 +22,13 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from gpusizer.choices import SORTS, Mode
-from gpusizer.domain.parallelism import gpus_per_node_for, sharded_gpus, sharding_alternative
+from gpusizer.domain.parallelism import (
+    gpus_per_node_for,
+    layout_words,
+    sharded_gpus,
+    sharding_alternative,
+    strategy_label,
+)
 from gpusizer.domain.precision import (
     RULE_PRECISIONS,
     check_mode,
@@ -979,7 +985,8 @@ def _constraints_applied(run: _Run, memory_needed: int | None) -> tuple[str, ...
         applied.append(f"power limit {req.max_power_w:,.0f} W for {gpus}")
     if req.shape is not None and memory_needed is not None:
         applied.append(f"memory fit: {req.shape.name} needs {format_bytes(memory_needed)} per GPU "
-                       f"({cfg.mode}, {cfg.precision}, batch {cfg.batch} per GPU, {cfg.strategy})")
+                       f"({cfg.mode}, {cfg.precision}, batch {cfg.batch} per GPU, "
+                       f"{layout_words(cfg.strategy, cfg.gpus, cfg.mode)})")
     return tuple(applied)
 
 
@@ -1032,7 +1039,7 @@ def _fit_message(gfit: GpuFit, req: RecommendRequest, cfg: RunConfig) -> str:
            + (" free" if gfit.capacity_source == "probe-free" else ""))
     alternative, need = _sharded_need(gfit, req, cfg)
     if need is not None:
-        msg += f"; with strategy {alternative} it needs {need} GPUs"
+        msg += f"; with {strategy_label(alternative, cfg.mode)} it needs {need} GPUs"
     return msg
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from gpusizer.render.common import NA, fmt, fmt_ratio, show_value
+from gpusizer.render.common import NA, fit_table, fmt, fmt_ratio, show_value
 from gpusizer.units import format_bytes, format_count
 
 if TYPE_CHECKING:
@@ -56,9 +56,17 @@ def _cell(gpu: Gpu, field: str, provenance: bool) -> str:
     return text + UNKNOWN_MARK if status == "unknown" and field.startswith("tensor_") else text
 
 
-def catalog_table(gpus: Iterable[Gpu], title: str | None = None, *, provenance: bool = False) -> Table:
+#: The catalog list's columns a narrow terminal leaves out, first to last (never the sort column).
+LIST_DROP_ORDER = ("street_price_usd", "nvlink_gb_s", "gpudirect_rdma", "ecc", "launch_price_usd", "fp64_tflops",
+                   "vendor", "segment", "architecture")
+
+
+def catalog_table(gpus: Iterable[Gpu], title: str | None = None, *, provenance: bool = False,
+                  width: int | None = None, sort: str | None = None) -> Table:
     """The catalog list. ``provenance``: mark derived values (``*``) and unknown Tensor Core
-    rates (``?``), add the count of derived values, and say so in a caption."""
+    rates (``?``), add the count of derived values, and say so in a caption. ``width``: lay it
+    out within that many columns, leaving out :data:`LIST_DROP_ORDER`'s columns (but ``sort``'s)
+    as needed."""
     from rich import box
     from rich.table import Table
     from rich.text import Text
@@ -85,7 +93,10 @@ def catalog_table(gpus: Iterable[Gpu], title: str | None = None, *, provenance: 
         if provenance:
             cells.append(Text(str(len(gpu.derived))))
         table.add_row(*cells)
-    return table
+    if width is None:
+        return table
+    labels = dict(columns)
+    return fit_table(table, width, drop=[labels[f] for f in LIST_DROP_ORDER if f in labels and f != sort])
 
 
 def _detail_value(gpu: Gpu, field: str, formulas: Mapping[str, str]) -> str:
@@ -108,13 +119,14 @@ def _detail_value(gpu: Gpu, field: str, formulas: Mapping[str, str]) -> str:
     return fmt(value) if not isinstance(value, str) else value
 
 
-def gpu_detail(gpu: Gpu, formulas: Mapping[str, str] | None = None) -> Table:
-    """One entry, field by field; ``formulas`` (rule id -> formula) spell out derived values."""
+def gpu_detail(gpu: Gpu, formulas: Mapping[str, str] | None = None, width: int | None = None) -> Table:
+    """One entry, field by field; ``formulas`` (rule id -> formula) spell out derived values.
+    ``width``: fit that many columns (long source addresses fold)."""
     from rich.table import Table
 
     table = Table(title=f"{gpu.name} ({gpu.id})", title_justify="left", show_header=False)
-    table.add_column("field", style="bold")
-    table.add_column("value")
+    table.add_column("field", style="bold", no_wrap=True)
+    table.add_column("value", overflow="fold")
     for field in type(gpu).model_fields:
         if field in ("sources", "name", "id", "derived"):
             continue
@@ -128,10 +140,11 @@ def gpu_detail(gpu: Gpu, formulas: Mapping[str, str] | None = None) -> Table:
     for i, src in enumerate(gpu.sources, 1):
         covers = f" [{', '.join(src.fields)}]" if src.fields else ""
         table.add_row(f"source {i}", f"{src.title}{covers}" + (f"\n{src.url}" if src.url else ""))
-    return table
+    return table if width is None else fit_table(table, width)
 
 
-def comparison_table(comparison: Comparison) -> Table:
+def comparison_table(comparison: Comparison, width: int | None = None) -> Table:
+    """The GPUs side by side; ``width``: fit that many columns."""
     from rich.table import Table
 
     first = comparison.gpus[0].id
@@ -149,19 +162,24 @@ def comparison_table(comparison: Comparison) -> Table:
         table.add_row(row.label, *cells)
     for _, label, values in comparison.facts:
         table.add_row(label, *(fmt(v) for v in values))
-    return table
+    return table if width is None else fit_table(table, width)
 
 
-def models_table(models: Sequence[Model]) -> Table:
-    """The model zoo: shape at a glance; a missing dimension shows as n/a."""
+#: The zoo table's columns a narrow terminal leaves out, first to last.
+MODELS_DROP_ORDER = ("vocab", "hidden", "heads/kv", "layers", "kind")
+
+
+def models_table(models: Sequence[Model], width: int | None = None) -> Table:
+    """The model zoo: shape at a glance; a missing dimension shows as n/a. ``width``: fit that
+    many columns, leaving out :data:`MODELS_DROP_ORDER`'s columns as needed."""
     from rich.table import Table
 
     table = Table(title="Model zoo (data/models.yaml)", title_justify="left")
     for col in ("id", "kind", "params", "layers", "hidden", "heads/kv", "vocab"):
-        table.add_column(col, justify="left" if col in ("id", "kind") else "right")
+        table.add_column(col, justify="left" if col in ("id", "kind") else "right", no_wrap=col == "id")
     for m in models:
         # latent attention caches one latent for all heads: "MLA" instead of a KV head count
         heads = f"{m.heads}/{'MLA' if m.kv_lora_rank else m.n_kv_heads}" if m.heads else NA
         table.add_row(m.id, m.kind, format_count(m.params), show_value(m.layers), show_value(m.hidden), heads,
                       show_value(m.vocab))
-    return table
+    return table if width is None else fit_table(table, width, drop=MODELS_DROP_ORDER)

@@ -25,10 +25,14 @@ from typing import TYPE_CHECKING, Any
 from gpusizer.units import NA, show_bool, show_value
 
 if TYPE_CHECKING:
-    from rich.console import Console, ConsoleOptions, ConsoleRenderable, RenderResult
+    from collections.abc import Sequence
 
-__all__ = ["NA", "bar", "emit_json", "escape_control", "fmt", "fmt_ratio", "make_console", "strip_control",
-           "show_bool", "show_value"]
+    from rich.console import Console, ConsoleOptions, ConsoleRenderable, RenderResult
+    from rich.measure import Measurement
+    from rich.table import Table
+
+__all__ = ["NA", "Bar", "bar", "emit_json", "escape_control", "fit_table", "fmt", "fmt_ratio", "make_console",
+           "strip_control", "show_bool", "show_value", "wrap_note"]
 
 #: C0 controls but tab and newline, DEL, C1 controls (0x9b is a one-byte CSI), the
 #: Unicode line and paragraph separators, and the bidirectional overrides and
@@ -163,3 +167,78 @@ def bar(fraction: float, width: int = 30) -> str:
     rest = fraction * width - full
     partial = " ▏▎▍▌▋▊▉"[int(rest * 8)] if full < width else ""
     return ("█" * full + partial).ljust(width)
+
+
+class Bar:
+    """A bar for a fraction in [0, 1] that takes the width its table column is given, from
+    ``min_width`` to ``max_width`` cells: at a narrow terminal bars shrink before data does."""
+
+    def __init__(self, fraction: float, max_width: int = 30, min_width: int = 6) -> None:
+        self.fraction, self.max_width, self.min_width = fraction, max_width, min_width
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        from rich.measure import Measurement
+
+        return Measurement(self.min_width, self.max_width).with_maximum(options.max_width)
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        from rich.segment import Segment
+
+        yield Segment(bar(self.fraction, max(1, min(self.max_width, options.max_width))))
+
+
+def fit_table(table: Table, width: int, drop: Sequence[str] = ()) -> Table:
+    """``table`` laid out within ``width`` cells without cutting a number.
+
+    Right-justified columns hold numbers: each keeps the width of its widest cell and never wraps,
+    and so does a ``no_wrap`` column (ids). Other text columns may wrap, and :class:`Bar` cells shrink. If the table still needs more than
+    ``width``, the columns whose headers ``drop`` names go, in that order, until it fits, and the
+    caption says which went (``--json`` and a wider terminal show them).
+    """
+    from rich.cells import cell_len
+    from rich.console import Console
+    from rich.measure import Measurement
+
+    for column in table.columns:
+        if (column.justify == "right" or column.no_wrap) and column.width is None:
+            cells = [str(c) for c in column._cells if isinstance(c, str) or hasattr(c, "plain")]
+            column.no_wrap = True
+            column.width = max([cell_len(str(column.header)), *(cell_len(c) for c in cells)])
+    measure = Console(width=width, color_system=None)
+
+    def minimum() -> int:
+        return Measurement.get(measure, measure.options.update_width(10_000), table).minimum
+
+    original = list(table.columns)
+    named = {str(c.header): c for c in original}
+    gone: list[Any] = []
+
+    def lay(without: list[Any]) -> bool:
+        table.columns[:] = [c for c in original if c not in without]
+        for i, column in enumerate(table.columns):
+            column._index = i  # (rich pads the first and last columns by their index)
+        return minimum() <= width
+
+    for header in drop:
+        if lay(gone) or header not in named:
+            continue
+        gone.append(named[header])
+    # take back what fits again, most important first (a later drop may have made room)
+    for column in reversed(gone[:]):
+        if lay([c for c in gone if c is not column]):
+            gone.remove(column)
+    lay(gone)
+    dropped = [str(c.header) for c in gone]
+    if dropped:
+        words = f"Left out at {width} columns: {', '.join(dropped)} (a wider terminal or --json shows them)."
+        table.caption = f"{table.caption} {words}" if table.caption else words
+        table.caption_justify = "left"
+    return table
+
+
+def wrap_note(text: str, width: int, lead: str = "Note: ") -> str:
+    """``lead`` + ``text`` wrapped to ``width``, the wrapped lines indented under the text."""
+    import textwrap
+
+    return textwrap.fill(text, width=max(width, 40), initial_indent=lead, subsequent_indent=" " * min(len(lead), 12),
+                         break_long_words=False, break_on_hyphens=False)

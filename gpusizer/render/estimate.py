@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from gpusizer.render.common import bar, fmt
+from gpusizer.render.common import Bar, fit_table, fmt
 from gpusizer.units import format_bytes, format_count, format_duration
 
 if TYPE_CHECKING:
@@ -92,8 +92,9 @@ def summary_table(est: PerfEstimate, gpu: Gpu, inputs: Mapping[str, Any], batch_
     return table
 
 
-def breakdown_table(est: PerfEstimate) -> Table:
-    """Busy time of each resource in one step; the binding resource is marked."""
+def breakdown_table(est: PerfEstimate, width: int | None = None) -> Table:
+    """Busy time of each resource in one step; the binding resource is marked. ``width``: fit
+    that many columns (the bars shrink, the details wrap)."""
     from rich import box
     from rich.table import Table
 
@@ -113,39 +114,38 @@ def breakdown_table(est: PerfEstimate) -> Table:
                   box=box.SIMPLE_HEAD)
     table.add_column("resource")
     table.add_column("time", justify="right")
-    table.add_column("", no_wrap=True)
-    table.add_column("detail")
+    table.add_column("")
+    table.add_column("detail", ratio=1)
     for name, t, detail in rows:
         label = f"{name} (binding)" if name == est.bound else name
-        table.add_row(label, _seconds(t), bar(t / longest, 30), detail, style="bold" if name == est.bound else None)
-    table.add_row("step", _seconds(est.step_time_s), bar(est.step_time_s / longest, 30), "", style="bold")
+        table.add_row(label, _seconds(t), Bar(t / longest, 30, 10), detail, style="bold" if name == est.bound else None)
+    table.add_row("step", _seconds(est.step_time_s), Bar(est.step_time_s / longest, 30, 10), "", style="bold")
     table.caption = ("Compute and memory overlap (a smooth roofline), so the step is shorter than their sum; "
                      "only the exposed part of communication is shown.")
     table.caption_justify = "left"
-    return table
+    return table if width is None else fit_table(table, width)
 
 
 def scaling_table(points: Sequence[ScalingPoint], unit: str, width: int | None = None) -> Table:
-    """The scaling curve: speed-up against GPU count, drawn with bars that shrink to ``width`` columns
-    before any number does (the other columns take about 62)."""
+    """The scaling curve: speed-up against GPU count, drawn with bars that shrink to fit ``width``
+    columns before any number does."""
     from rich import box
     from rich.table import Table
 
     best = max((p.speedup_vs_1gpu for p in points), default=1.0) or 1.0
     top = max((p.gpus_total for p in points), default=1)
     table = Table(title="Scaling (same batch per GPU)", title_justify="left", box=box.SIMPLE_HEAD)
-    bar_width = 40 if width is None else max(6, min(40, width - 62))
     table.add_column("GPUs", justify="right", no_wrap=True)
     table.add_column("layout", no_wrap=True)
     table.add_column(unit, justify="right", no_wrap=True)
     table.add_column("speed-up", justify="right", no_wrap=True)
     table.add_column("efficiency", justify="right", no_wrap=True)
-    table.add_column(f"bar: ideal {top}x" if bar_width < 30 else f"speed-up (bar: ideal = {top}x)", no_wrap=True)
+    table.add_column(f"bar: ideal {top}x")
     for p in points:
         layout = f"{p.gpus_per_node} x {p.nodes} nodes" if p.nodes > 1 else f"{p.gpus_per_node} in 1 node"
         table.add_row(str(p.gpus_total), layout, f"{p.throughput_per_s:,.0f}", f"{p.speedup_vs_1gpu:.2f}x",
-                      f"{p.scaling_efficiency:.0%}", bar(p.speedup_vs_1gpu / max(best, top), bar_width))
-    return table
+                      f"{p.scaling_efficiency:.0%}", Bar(p.speedup_vs_1gpu / max(best, top), 40))
+    return table if width is None else fit_table(table, width)
 
 
 def training_table(tt: TrainingTime) -> Table:
@@ -191,7 +191,7 @@ def estimate_renderables(result: EstimateResult, width: int | None = None) -> li
     est = res.estimate
     assert est is not None  # a run that fits has an estimate
     parts: list[Table | Text] = [
-        summary_table(est, result.gpu, result.input, res.batch_source), breakdown_table(est),
+        summary_table(est, result.gpu, result.input, res.batch_source), breakdown_table(est, width),
         scaling_table(list(res.scaling_curve), est.throughput_unit, width),
     ]
     if res.serving is not None:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gpusizer.render.common import bar, fmt, show_bool, show_value
+from gpusizer.domain.parallelism import layout_words, strategy_label
+from gpusizer.render.common import Bar, fit_table, fmt, show_bool, show_value
 from gpusizer.units import format_bytes, format_count
 
 if TYPE_CHECKING:
@@ -24,7 +25,9 @@ COMPONENTS: tuple[tuple[str, str], ...] = (
 )
 
 
-def breakdown_table(report: FitReport) -> Table:
+def breakdown_table(report: FitReport, width: int | None = None) -> Table:
+    """Where the memory goes, component by component, with a bar each; ``width``: fit that many
+    columns (the bars shrink, then the GiB column goes; exact bytes stay)."""
     from rich.table import Table
 
     b = report.breakdown
@@ -38,13 +41,13 @@ def breakdown_table(report: FitReport) -> Table:
     table.add_column("bytes", justify="right")
     table.add_column("GiB", justify="right")
     table.add_column("share", justify="right")
-    table.add_column("", no_wrap=True)
+    table.add_column("")
     for field, label in COMPONENTS:
         value = getattr(b, field)
         if value == 0 and field in ("kv_cache_bytes", "transient_bytes", "gradients_bytes", "optimizer_bytes"):
             continue
         share = value / summed if summed else 0
-        table.add_row(label, f"{value:,}", f"{value / 2**30:.2f}", f"{share:.0%}", bar(share, 30))
+        table.add_row(label, f"{value:,}", f"{value / 2**30:.2f}", f"{share:.0%}", Bar(share))
     table.add_row("peak total", f"{b.total_bytes:,}", f"{b.total_bytes / 2**30:.2f}", "", "", style="bold")
     captions = {
         "backward": "Peak at the start of backward: all activations saved, gradients not yet written "
@@ -62,10 +65,12 @@ def breakdown_table(report: FitReport) -> Table:
         if held:
             table.caption += f" Offloaded to {where}: {format_bytes(held)} per GPU."
     table.caption_justify = "left"
-    return table
+    return table if width is None else fit_table(table, width, drop=("GiB", "share"))
 
 
-def gpu_table(report: FitReport, limit: int | None = None) -> Table:
+def gpu_table(report: FitReport, limit: int | None = None, width: int | None = None) -> Table:
+    """Each GPU: its memory, whether the run fits, and the largest batch and fewest GPUs;
+    ``width``: fit that many columns."""
     from rich import box
     from rich.table import Table
 
@@ -74,9 +79,11 @@ def gpu_table(report: FitReport, limit: int | None = None) -> Table:
     if limit is not None:
         rows = rows[:limit]
     rule = report.method == "rule-of-thumb"
-    table = Table(title=f"GPUs ({'rule of thumb' if rule else f'{cfg.gpus} GPU(s), {cfg.strategy}'})",
+    layout = layout_words(cfg.strategy, cfg.gpus, cfg.mode)
+    title = "GPUs checked" + (f", each as one of {layout}" if cfg.gpus > 1 else "")
+    table = Table(title="GPUs (rule of thumb)" if rule else title,
                   title_justify="left", box=box.SIMPLE_HEAD)
-    table.add_column("GPU")
+    table.add_column("GPU", no_wrap=True)
     table.add_column("memory", justify="right")
     table.add_column("fits", justify="center")
     table.add_column("headroom", justify="right")
@@ -84,7 +91,8 @@ def gpu_table(report: FitReport, limit: int | None = None) -> Table:
         table.add_column("max params (rule)", justify="right")
     else:
         table.add_column("max batch/GPU", justify="right")
-    table.add_column(f"min GPUs ({cfg.strategy})", justify="right")
+    label = strategy_label(cfg.strategy, cfg.mode)
+    table.add_column("min GPUs" if label == "replicas" else f"min GPUs ({label})", justify="right")
     for g in rows:
         label = g.gpu_id or g.gpu_name
         mem = format_bytes(g.memory_bytes) + (" free" if g.capacity_source == "probe-free" else "")
@@ -97,4 +105,4 @@ def gpu_table(report: FitReport, limit: int | None = None) -> Table:
         table.add_row(
             label, mem, show_bool(g.fits), format_bytes(g.headroom_bytes), extra, fmt(g.min_gpus),
         )
-    return table
+    return table if width is None else fit_table(table, width, drop=("headroom",))

@@ -10,10 +10,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from gpusizer.render.common import NA, bar, fmt, show_bool, show_value
+from gpusizer.domain.parallelism import within_node
+from gpusizer.render.common import NA, bar, fmt, show_bool, show_value, wrap_note
 from gpusizer.units import format_bytes, format_count, format_duration
 
 if TYPE_CHECKING:
+    from rich.table import Table
     from rich.text import Text
 
     from gpusizer.ranking.configs import Plan
@@ -188,15 +190,19 @@ def _layout(headers: list[str], rows: list[list[str]], numeric: list[bool]) -> t
     return line(headers), [line(r) for r in rows]
 
 
-def reason_lines(r: GpuResult, limit: int = 3) -> list[str]:
-    """The top ``limit`` contributions, then every advisory that fired."""
+def reason_lines(r: GpuResult, limit: int | None = 3) -> list[str]:
+    """The top ``limit`` contributions (None: all), then every advisory that fired."""
     out = []
     for c in r.reasons[:limit]:
         value = fmt(c.value)
         best = f" (best {fmt(c.best)})" if c.best is not None and not isinstance(c.value, bool) else ""
         out.append(f"+{c.points:4.1f} {c.field} {value}{best}: {c.message}")
-    for a in r.advisories:
-        out.append(f"  ! {a.message}")
+    out += _cautions(r)
+    return out
+
+
+def _cautions(r: GpuResult) -> list[str]:
+    out = [f"  ! {a.message}" for a in r.advisories]
     if r.outclassed_by:
         out.append(f"  ! {r.outclassed_by} is at least as fast for no more money")
     if r.speed is not None and r.speed.note and r.speed.throughput_per_s is None:
@@ -204,21 +210,40 @@ def reason_lines(r: GpuResult, limit: int = 3) -> list[str]:
     return out
 
 
-def ranking_text(rec: Recommendation, *, reasons: int = 3, width: int | None = None) -> str:
+def short_reasons(r: GpuResult, limit: int = 3) -> list[str]:
+    """One line of reasons: the top ``limit`` contributions' points and values, then the first
+    caution (with how many more ``--explain`` shows)."""
+    why = " · ".join(f"+{c.points:.1f} {c.field} {fmt(c.value)}" for c in r.reasons[:limit])
+    out = [why] if why else []
+    cautions = _cautions(r)
+    if cautions:
+        more = f" (+{len(cautions) - 1} more)" if len(cautions) > 1 else ""
+        out.append(cautions[0] + more)
+    return out
+
+
+def ranking_text(rec: Recommendation, *, reasons: int | None = 3, width: int | None = None,
+                 explain: bool = True) -> str:
+    """The ranking table with reasons under each row: every reason's wording with ``explain``,
+    else one line of points and values and the first caution."""
     head, lines = fitted_table(rec, rec.ranked, width)
     indent = " " * 4
     out = [head, "-" * len(head)]
     for r, line in zip(rec.ranked, lines, strict=True):
         out.append(line)
-        out.extend(_fit_words(indent + reason, width) for reason in reason_lines(r, reasons))
+        shown = reason_lines(r, reasons) if explain else short_reasons(r)
+        out.extend(_fit_words(indent + reason, width) for reason in shown)
     return "\n".join(out)
 
 
 def _fit_words(line: str, width: int | None) -> str:
     """A reason line within ``width``: its wording is shortened at a word with "…"; the figures before
     the ": " that starts the wording are never cut."""
-    if width is None or len(line) <= width or ": " not in line:
+    if width is None or len(line) <= width:
         return line
+    if ": " not in line:  # figures only: cut between them
+        cut = line.rfind(" · ", 0, width - 2)
+        return line if cut < 0 else line[:cut] + " …"
     keep = line.index(": ") + 2
     cut = line.rfind(" ", keep, width - 1)
     return line if cut <= keep else line[:cut] + " …"
@@ -235,15 +260,72 @@ def excluded_text(rec: Recommendation) -> str:
     return "\n".join(out)
 
 
+#: A node's GPUs: a sharded run needing more is suggested as whole nodes.
+NODE_GPUS = 8
+
+
+def sharded_flags(rec: Recommendation, strategy: str, gpus: int) -> str | None:
+    """The options that ask for a sharded run over ``gpus`` GPUs per node (as ShardedOption
+    counts them) on the run's nodes: whole nodes of :data:`NODE_GPUS` past one node's worth, and
+    None for tensor parallelism past a node, which no one runs."""
+    if gpus <= NODE_GPUS:
+        return f"--gpus {gpus} --strategy {strategy}" + (f" --nodes {rec.nodes}" if rec.nodes > 1 else "")
+    if within_node(strategy):
+        return None
+    nodes = -(-gpus * rec.nodes // NODE_GPUS)
+    return f"--gpus {NODE_GPUS} --nodes {nodes} --strategy {strategy}"
+
+
+def _gpu_list(ids: Sequence[str], most: int = 4) -> str:
+    return ", ".join(ids[:most]) + (f" and {len(ids) - most} more" if len(ids) > most else "")
+
+
 def sharded_text(rec: Recommendation) -> str:
     """GPUs the memory fit alone excluded, and the sharded run that would hold the model."""
-    lines = [f"Excluded only because {rec.model_name} does not fit as configured; sharded, it fits on:"]
+    lines = [f"Excluded only because {rec.model_name} does not fit as configured; sharded, it fits with:"]
     for opt in rec.sharded_options:
-        shown = ", ".join(opt.gpu_ids[:6]) + (f" and {len(opt.gpu_ids) - 6} more" if len(opt.gpu_ids) > 6 else "")
-        lines.append(f"  --gpus {opt.gpus} --strategy {opt.strategy}: {shown}")
-    lines.append("Rerun with one of these (--gpus is per node) to rank those GPUs as a group; price, power and "
-                 "speed then count every GPU.")
+        flags = sharded_flags(rec, opt.strategy, opt.gpus)
+        if flags is not None:
+            lines.append(f"  {flags}: {_gpu_list(opt.gpu_ids)}")
+    lines.append("Rerun with those options to rank the GPUs as a group; price, power and speed then count every GPU.")
     return "\n".join(lines)
+
+
+def exclusion_summary(rec: Recommendation, width: int | None = None, most: int = 5) -> list[str]:
+    """Why GPUs were excluded: a line per kind of reason (a constraint, and its message with the
+    figures left out) with its count and one example, most first, at most ``most`` lines; ``width``:
+    wrap each within that many columns."""
+    import re
+
+    groups: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    for r in rec.excluded:
+        for flag in r.excluded_by:
+            kind = re.sub(r"\d[\d,.]*", "#", flag.message)
+            groups.setdefault((flag.rule, kind), []).append((r.label, flag.message))
+    out = []
+    for (rule, _), hits in sorted(groups.items(), key=lambda kv: -len(kv[1]))[:most]:
+        label, message = hits[-1]  # (the list runs from the weakest GPU to the strongest)
+        line = f"{len(hits)} GPU{'s' if len(hits) > 1 else ''}, e.g. {label}: {message}"
+        out.append(wrap_note(line, width, lead=f"  [{rule}] ") if width else f"  [{rule}] {line}")
+    return out
+
+
+def next_steps(rec: Recommendation, most: int = 3) -> list[str]:
+    """Up to ``most`` changes to the command that would let GPUs qualify: the sharded runs that hold
+    the model (fewest GPUs first), then leaving out the constraint that excludes the most GPUs."""
+    out = []
+    for opt in rec.sharded_options:
+        flags = sharded_flags(rec, opt.strategy, opt.gpus)
+        if flags is not None:
+            out.append(f"  add {flags}: fits on {_gpu_list(opt.gpu_ids, 3)}")
+    counts: dict[str, int] = {}
+    for r in rec.excluded:
+        for flag in r.excluded_by:
+            if flag.kind != "fit":
+                counts[flag.rule] = counts.get(flag.rule, 0) + 1
+    for rule, n in sorted(counts.items(), key=lambda kv: -kv[1]):
+        out.append(f"  relax the {rule} constraint: it excludes {n} GPUs")
+    return out[:most]
 
 
 def _hours_cell(hours: float | None) -> str:
@@ -271,18 +353,55 @@ def plan_text(plan: Plan) -> str:
     return "\n".join(out)
 
 
+def verdict(rec: Recommendation) -> str:
+    """The answer in one sentence: the first GPU and its speed, and the best value among those listed."""
+    if rec.plan is not None and rec.plan.configurations:
+        config = rec.plan.configurations[0]
+        unit = UNIT_SHORT.get(config.unit, config.unit)
+        return f"{config.label} is the best configuration for {rec.plan.goal} ({fmt(config.throughput_per_s)} {unit})."
+    if not rec.ranked:
+        return f"No GPU qualifies: all {len(rec.excluded)} candidates were excluded."
+    top = rec.ranked[0]
+    words = f"{top.label} ranks first of {rec.qualified} qualifying GPUs by {rec.sort}"
+    if top.speed is not None and top.speed.throughput_per_s is not None:
+        words += f" ({fmt(float(top.speed.throughput_per_s))} {UNIT_SHORT.get(top.speed.unit, top.speed.unit)})"
+    priced = [r for r in rec.ranked if r.value_per_kusd is not None]
+    if priced:
+        best = max(priced, key=lambda r: r.value_per_kusd or 0.0)
+        words += f"; best value listed: {best.label} ({fmt(float(best.value_per_kusd or 0.0))} {rec.value_unit})"
+    return words + "."
+
+
+#: The header lines shown without --explain.
+SHORT_HEADER = ("Workload", "Read as", "Constraints")
+
+
+def _header(rec: Recommendation, rules_files: tuple[str, ...], explain: bool) -> Table:
+    """The header as a grid, so a long value wraps under itself, not under its key."""
+    from rich.table import Table
+
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(style="bold", no_wrap=True, min_width=11)
+    grid.add_column()
+    for key, value in header_lines(rec, rules_files):
+        if explain or key in SHORT_HEADER:
+            grid.add_row(key, value)
+    grid.add_row("Verdict", verdict(rec))
+    return grid
+
+
 def recommend_renderables(
     rec: Recommendation, *, show_excluded: bool = False, rules_files: tuple[str, ...] = (), width: int | None = None,
-) -> list[Text]:
-    """What recommend prints; ``width``: lay the ranking out within that many columns (None: all columns)."""
+    explain: bool = False,
+) -> list[Text | Table]:
+    """What recommend prints; ``width``: lay the ranking out within that many columns (None: all columns).
+    ``explain``: the whole header, every reason in words, and every exclusion; else the answer, one
+    line of reasons per GPU, and a summary of the exclusions."""
     from rich.text import Text
 
-    parts: list[Text] = []
-    for key, value in header_lines(rec, rules_files):
-        line = Text(f"{key:<12}", style="bold")
-        line.append(value)
-        parts.append(line)
-    parts.append(Text(""))
+    parts: list[Text | Table] = [_header(rec, rules_files, explain)]
+    if rec.ranked or rec.plan is not None:
+        parts.append(Text(""))
     if rec.plan is not None:
         plan = rec.plan
         title = f"Configurations for {plan.goal} ({len(plan.configurations)} of {plan.met}, {plan.considered} assessed)"
@@ -293,15 +412,18 @@ def recommend_renderables(
         parts.append(Text(""))
     if rec.ranked:
         title = f"Top {len(rec.ranked)} of {rec.qualified} qualifying GPUs, by {rec.sort}"
-        parts += [Text(title, style="bold"), Text(ranking_text(rec, width=width), no_wrap=True, overflow="ignore")]
-    else:
-        parts.append(Text("No GPU qualifies: every candidate was excluded (see below).", style="bold"))
-    if show_excluded or not rec.ranked:
-        parts += [Text(""), Text(excluded_text(rec), no_wrap=True, overflow="ignore")]
+        text = ranking_text(rec, width=width, reasons=None if explain else 3, explain=explain)
+        parts += [Text(title, style="bold"), Text(text, no_wrap=True, overflow="ignore")]
+    if show_excluded or explain:
+        parts += [Text(""), Text(excluded_text(rec))]
     elif rec.excluded:
-        parts += [Text(""), Text(f"{len(rec.excluded)} GPUs excluded; --show-excluded lists them with the "
-                                 "constraint that excluded each.")]
-    if rec.sharded_options:
+        summary = "Excluded" if rec.ranked else "Why"
+        parts += [Text("")] if str(parts[-1]) else []
+        parts.append(Text(f"{summary} ({len(rec.excluded)} GPUs; --explain lists each):"))
+        parts += [Text(line) for line in exclusion_summary(rec, width)]
+    if not rec.ranked and next_steps(rec):
+        parts += [Text(""), Text("Next, try:", style="bold"), *(Text(line) for line in next_steps(rec))]
+    elif rec.sharded_options:
         parts += [Text(""), Text(sharded_text(rec))]
     for w in rec.why_not:
         parts += [Text(""), Text(f"Why not {w.asked}?", style="bold")]

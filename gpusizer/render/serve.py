@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gpusizer.render.common import NA
+from gpusizer.render.common import NA, fit_table
 from gpusizer.units import format_bytes
 
 if TYPE_CHECKING:
@@ -13,13 +13,15 @@ if TYPE_CHECKING:
     from gpusizer.api import ServeResults
 
 
-def serve_table(res: ServeResults) -> Table:
+def serve_table(res: ServeResults, width: int | None = None) -> Table:
+    """Each GPU type: how many it takes (TP) and how many sequences fit; ``width``: fit that
+    many columns."""
     from rich.table import Table
 
     want = f"{res.users} sequences" if res.users else "one sequence"
     table = Table(title=f"Serving {res.model}: {want} of {res.context_tokens:,} tokens", title_justify="left")
     for col in ("GPU", "memory", "GPUs (TP)", "sequences", "weights/GPU", "KV cache/GPU"):
-        table.add_column(col, justify="left" if col == "GPU" else "right")
+        table.add_column(col, justify="left" if col == "GPU" else "right", no_wrap=col == "GPU")
     rows = sorted(res.rows, key=lambda r: (r.gpus is None, r.gpus or 0, -r.max_concurrency))
     for row in rows:
         cap = row.capacity or (row.tried[-1] if row.tried else None)
@@ -28,7 +30,7 @@ def serve_table(res: ServeResults) -> Table:
             format_bytes(cap.weights_bytes) if cap else NA,
             format_bytes(max(0, cap.kv_budget_bytes)) if cap else NA,
         )
-    return table
+    return table if width is None else fit_table(table, width, drop=("memory", "weights/GPU"))
 
 
 def serve_verdict(res: ServeResults) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from gpusizer.render.common import NA, fmt
+from gpusizer.render.common import NA, fit_table, fmt
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -35,12 +35,17 @@ def _fabric(system: System) -> str:
     return fabric + (f" {link:,g} GB/s" if link else "")
 
 
-def systems_table(systems: Sequence[System]) -> Table:
-    """The systems list: GPU and count, fabric, network, price per hour and per GPU-hour."""
+#: The systems list's columns a narrow terminal leaves out, first to last.
+SYSTEMS_DROP_ORDER = ("priced", "fabric", "$/hour", "network")
+
+
+def systems_table(systems: Sequence[System], width: int | None = None) -> Table:
+    """The systems list: GPU and count, fabric, network, price per hour and per GPU-hour.
+    ``width``: fit that many columns, leaving out :data:`SYSTEMS_DROP_ORDER`'s as needed."""
     from rich.table import Table
 
     table = Table(title=f"{len(systems)} systems", title_justify="left")
-    table.add_column("id", overflow="fold")
+    table.add_column("id", no_wrap=True)
     for name, justify in (("GPUs", "left"), ("fabric", "left"), ("network", "left"), ("$/hour", "right"),
                           ("$/GPU-h", "right"), ("priced", "left")):
         table.add_column(name, justify=justify, no_wrap=justify == "right")  # type: ignore[arg-type]
@@ -50,16 +55,16 @@ def systems_table(systems: Sequence[System]) -> Table:
                       f"{hourly:,.2f}" if hourly is not None else NA,
                       f"{s.usd_per_gpu_hour:,.2f}" if s.usd_per_gpu_hour is not None else NA,
                       (s.price.date or NA) if s.price else NA)
-    return table
+    return table if width is None else fit_table(table, width, drop=SYSTEMS_DROP_ORDER)
 
 
-def system_detail(system: System) -> Table:
-    """One system, field by field, with its sources."""
+def system_detail(system: System, width: int | None = None) -> Table:
+    """One system, field by field, with its sources; ``width``: fit that many columns."""
     from rich.table import Table
 
     table = Table(title=f"{system.name} ({system.id})", title_justify="left", show_header=False)
-    table.add_column("field", style="bold")
-    table.add_column("value")
+    table.add_column("field", style="bold", no_wrap=True)
+    table.add_column("value", overflow="fold")
     price = system.price
     rows = [
         ("kind", system.kind + (f", {system.provider} {system.instance_type}" if system.provider else "")),
@@ -83,4 +88,4 @@ def system_detail(system: System) -> Table:
     for i, src in enumerate(system.sources, 1):
         covers = f" [{', '.join(src.fields)}]" if src.fields else ""
         table.add_row(f"source {i}", f"{src.title}{covers}" + (f"\n{src.url}" if src.url else ""))
-    return table
+    return table if width is None else fit_table(table, width)
