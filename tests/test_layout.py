@@ -150,3 +150,38 @@ def test_bars_shrink_before_data():
 
     args = ["fit-model", "--model", "resnet50", "--batch", "64", "--gpu", "a100"]
     assert longest_bar(_piped(args, 200)) > longest_bar(_piped(args, 80))
+
+
+# --------------------------------------------------------------------------
+# the defaults a run used are shown, in the JSON input and to people
+
+
+@pytest.mark.parametrize("args", [
+    ["fit-model", "--model", "llama-3.1-8b", "--gpu", "h100"],
+    ["estimate", "--model", "llama-3.1-8b", "--gpu", "h100", "--gpus", "8", "--strategy", "fsdp"],
+    ["recommend", "--workload", "llm-train", "--model", "llama-3.1-8b", "--top", "1"],
+])
+def test_default_sequence_length_is_resolved_in_the_json_input(args):
+    doc = _json(args)
+    assert doc["input"]["seq_len"] == 2048  # Llama 3.1's 131,072-token context, capped at 2,048
+    if args[0] != "recommend":
+        assert any("sequence length 2,048 tokens (default: the model's context (131,072)" in n for n in doc["notes"])
+
+
+def test_given_sequence_length_is_not_called_a_default():
+    doc = _json(["fit-model", "--model", "llama-3.1-8b", "--gpu", "h100", "--seq-len", "4096"])
+    assert doc["input"]["seq_len"] == 4096
+    assert not any("sequence length" in n for n in doc["notes"])
+
+
+def test_cnn_echoes_its_image_size_and_no_sequence():
+    doc = _json(["fit-model", "--model", "resnet50", "--gpu", "a100"])
+    assert (doc["input"]["image_size"], doc["input"]["seq_len"]) == (224, None)
+
+
+def test_fit_model_header_says_how_the_run_was_read():
+    text = _piped(["fit-model", "--model", "llama-3.1-70b", "--inference", "--gpus", "4", "--strategy", "tp",
+                   "--gpu", "h100"], 200)
+    assert "Run: inference, fp16 precision, batch 1, 2,048 tokens, fused attention, 4 GPUs (TP=4)" in text
+    assert "ddp" not in text.lower()
+    assert "needs 35.37 GiB per GPU on 4 GPUs (TP=4)" in text

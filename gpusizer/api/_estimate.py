@@ -25,7 +25,13 @@ from gpusizer.domain.run import RunConfig
 from gpusizer.domain.shape import ModelShape
 from gpusizer.errors import NothingFitsError, UsageError
 from gpusizer.hardware.catalog import Catalog, Gpu
-from gpusizer.memory.estimate import estimate_memory, largest_batch
+from gpusizer.memory.estimate import (
+    default_seq_len,
+    estimate_memory,
+    input_default_note,
+    largest_batch,
+    resolved_input,
+)
 from gpusizer.performance.estimate import PerfEstimate, estimate_performance
 from gpusizer.performance.planning import (
     ScalingPoint,
@@ -37,7 +43,6 @@ from gpusizer.performance.planning import (
 )
 from gpusizer.performance.serving import ServingSpeed, concurrency_for_latency, serving_speed
 from gpusizer.performance.topology import Topology
-from gpusizer.performance.work import default_seq_len
 from gpusizer.units import parse_count
 
 
@@ -158,18 +163,18 @@ def estimate(
     cat = catalog or load_catalog(cache_dir=cache_dir)
     node = resolve_node(system, gpu, gpus, catalog=cat, interconnect=interconnect, nics_per_node=nics_per_node,
                         nodes=nodes, price_per_hour=price_per_hour, cache_dir=cache_dir)
-    gpus, price_per_hour, res = node.gpus, node.price_per_gpu_hour, cat.resolve(node.gpu)
-    g, notes = res.gpu, [*([res.note] if res.note else []), *node.notes]
+    gpus, price_per_hour, g = node.gpus, node.price_per_gpu_hour, (res := cat.resolve(node.gpu)).gpu
     adapted = settings.get("adapter", run.adapter if run is not None else None) is not None
     prec = precision or default_precision(mode, adapters=adapted)
     mem_prec = storage_precision(prec, mode)
     given_batch = settings.get("batch", run.batch if run is not None and "batch" in run.model_fields_set else None)
     cfg = _run(run, {**settings, "mode": mode, "precision": mem_prec, "batch": given_batch or 1,
                      "persistent_grads": grad_accumulation > 1, "gpus": gpus})
+    notes = [n for n in (res.note, *node.notes, input_default_note(shape, cfg)) if n]
     inputs = {
         "model": shape.name, "params": shape.params, "gpu": gpu or node.gpu, "system": system, "resolved_id": g.id,
         "gpus": gpus, "nodes": nodes, "interconnect": interconnect, "nics_per_node": nics_per_node, "precision": prec,
-        "memory_precision": mem_prec, "tf32": tf32, **_run_echo(cfg), "phase": phase,
+        "memory_precision": mem_prec, "tf32": tf32, **_run_echo(cfg), **resolved_input(shape, cfg), "phase": phase,
         "grad_accumulation": grad_accumulation, "cuda_graphs": cuda_graphs, "epochs": epochs,
         "dataset_size": dataset_size, "tokens": tokens, "price_per_hour": price_per_hour,
         "catalog_files": list(cat.files),

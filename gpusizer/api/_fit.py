@@ -15,7 +15,7 @@ from gpusizer.errors import UsageError
 from gpusizer.exact.source import ExactTrace
 from gpusizer.hardware.catalog import Catalog
 from gpusizer.hardware.probe import ProbeReport
-from gpusizer.memory.estimate import MemoryBreakdown
+from gpusizer.memory.estimate import MemoryBreakdown, input_default_note, resolved_input
 from gpusizer.memory.fit import (
     Capacity,
     FitReport,
@@ -152,7 +152,10 @@ def fit_model(
     else:
         runner = fit_rule_of_thumb if method == "rule-of-thumb" else _fit
         report = runner(shape, cfg, capacities)
-        inputs = {"model": shape.name, "params": shape.params, "method": method, **cfg.model_dump(mode="json")}
+        inputs = {"model": shape.name, "params": shape.params, "method": method, **cfg.model_dump(mode="json"),
+                  **resolved_input(shape, cfg)}
+        assumed = input_default_note(shape, cfg) if method != "rule-of-thumb" else None
+        notes += [assumed] if assumed else []
     inputs.update(gpus_checked=[c.label for c in capacities], local=probe is not None)
     results = FitResults(
         model=report.model_name, params=report.params, method=report.method, breakdown=report.breakdown,

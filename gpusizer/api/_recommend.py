@@ -69,6 +69,8 @@ def recommend(
     >>> all(cat.resolve(g.gpu_id).gpu.ecc for g in r.results.ranked)
     True
     """
+    from gpusizer.domain.run import RunConfig
+    from gpusizer.memory.estimate import resolved_input
     from gpusizer.ranking.rules import load_rules
     from gpusizer.ranking.search import recommend as _recommend
 
@@ -103,6 +105,7 @@ def recommend(
         rec = rec.model_copy(update={"plan": _plan(preq, candidates, ruleset, req, reference, cat, cache_dir)})
     inputs = {
         **_inputs(req, rec, preq, probe is not None), "batch": batch, "seq_len": seq_len, "image_size": image_size,
+        **(resolved_input(shape, RunConfig(seq_len=seq_len, image_size=image_size)) if shape is not None else {}),
         "interconnect": interconnect, "max_cost_usd": max_cost, "budget_per_hour_usd": budget_per_hour,
         "rules_files": list(ruleset.files), "catalog_files": list(cat.files),
     }

@@ -422,6 +422,37 @@ def transformer_seq_len(m: TransformerShape, cfg: RunConfig) -> int:
     return cfg.seq_len or min(m.max_seq_len or 512, DEFAULT_SEQ_CAP)
 
 
+def default_seq_len(shape: ModelShape) -> int:
+    """The sequence length the memory model assumes when none is given."""
+    if shape.transformer is not None:
+        return transformer_seq_len(shape.transformer, RunConfig())
+    if shape.rnn is not None:
+        return shape.rnn.seq_len
+    return DEFAULT_SEQ_CAP
+
+
+def resolved_input(shape: ModelShape, cfg: RunConfig) -> dict[str, int | None]:
+    """The input size a run uses, defaults resolved: the sequence length of a transformer or RNN
+    and the image size of a CNN; None where the model has no such dimension (or is unknown)."""
+    seq = cfg.seq_len or default_seq_len(shape) if shape.transformer is not None or shape.rnn is not None else None
+    cnn = shape.cnn
+    return {"seq_len": seq, "image_size": cfg.image_size or (cnn.image_size if cnn is not None else None)}
+
+
+def input_default_note(shape: ModelShape, cfg: RunConfig) -> str | None:
+    """What a run assumed for an input size it was not given, in words; None if it was given."""
+    m = shape.transformer
+    if cfg.seq_len is None and m is not None:
+        context = f"the model's context ({m.max_seq_len:,})" if m.max_seq_len else "512 (context unknown)"
+        return (f"sequence length {transformer_seq_len(m, cfg):,} tokens (default: {context}, capped at "
+                f"{DEFAULT_SEQ_CAP:,}); give a sequence length to change it")
+    if cfg.seq_len is None and shape.rnn is not None:
+        return f"sequence length {shape.rnn.seq_len:,} steps (default: the model's)"
+    if cfg.image_size is None and shape.cnn is not None:
+        return f"image size {shape.cnn.image_size} px (default: the model's)"
+    return None
+
+
 def activation_bytes(shape: ModelShape, cfg: RunConfig) -> tuple[int, int, int, bool]:
     """(saved activations, recompute transient, logits/loss transient, modelled?)."""
     arch = shape.arch

@@ -7,15 +7,16 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from gpusizer.domain.parallelism import sharding_advice
+from gpusizer.domain.parallelism import layout_words, sharding_advice
 from gpusizer.domain.precision import storage_precision
 from gpusizer.domain.run import RunConfig
 from gpusizer.domain.shape import ModelShape
 from gpusizer.errors import UsageError
 from gpusizer.hardware.catalog import Gpu
+from gpusizer.memory.estimate import default_seq_len
 from gpusizer.performance.estimate import Bound, PerfEstimate, estimate_performance
 from gpusizer.performance.peak import default_compute_precision
-from gpusizer.performance.work import default_seq_len, workload_class
+from gpusizer.performance.work import workload_class
 
 # --------------------------------------------------------------------------
 # the default batch
@@ -66,7 +67,8 @@ def default_batch(
     cap = batch_cap(shape, cfg, phase)
     if largest is None:
         raise NothingFitsError(
-            f"{shape.name} does not fit at batch 1 ({cfg.mode}, {prec}, {cfg.strategy} on {mem_cfg.gpus} GPU(s))",
+            f"{shape.name} does not fit at batch 1 ({cfg.mode}, {prec}, "
+            f"{layout_words(cfg.strategy, mem_cfg.gpus, cfg.mode)})",
             hint=f"try {sharding_advice(cfg.mode)}, a lower precision, or a given batch",
         )
     if largest > cap:

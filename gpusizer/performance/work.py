@@ -18,16 +18,15 @@ from gpusizer.domain.run import RunConfig
 from gpusizer.domain.shape import CnnShape, ModelShape, RnnShape, TransformerShape
 from gpusizer.errors import DataFileError
 from gpusizer.memory.estimate import (
-    DEFAULT_SEQ_CAP,
     MemoryBreakdown,
     activation_bytes,
     attention_params,
+    default_seq_len,
     estimate_memory,
     kv_cache_bytes,
     mlp_params,
     routed_expert_params,
     trainable,
-    transformer_seq_len,
 )
 from gpusizer.performance.ops import OpTerm, op_terms
 
@@ -120,15 +119,6 @@ def params_only_layers(params: int) -> int:
     overheads: 12 * L * d^2 weights with d = 128 * L, the width-to-depth ratio of
     GPT-3 175B (12288 / 96) and Llama-2-7B (4096 / 32). Gives 33 for 7B, 71 for 70B."""
     return max(1, round(math.pow(params / (12 * 128**2), 1 / 3)))
-
-
-def default_seq_len(shape: ModelShape) -> int:
-    """The sequence length the memory model assumes when none is given."""
-    if shape.transformer is not None:
-        return transformer_seq_len(shape.transformer, RunConfig())
-    if shape.rnn is not None:
-        return shape.rnn.seq_len
-    return DEFAULT_SEQ_CAP
 
 
 def _active_matrix_params(m: TransformerShape) -> int:

@@ -196,18 +196,14 @@ def fit_table(table: Table, width: int, drop: Sequence[str] = ()) -> Table:
     caption says which went (``--json`` and a wider terminal show them).
     """
     from rich.cells import cell_len
-    from rich.console import Console
-    from rich.measure import Measurement
 
     for column in table.columns:
         if (column.justify == "right" or column.no_wrap) and column.width is None:
-            cells = [str(c) for c in column._cells if isinstance(c, str) or hasattr(c, "plain")]
             column.no_wrap = True
-            column.width = max([cell_len(str(column.header)), *(cell_len(c) for c in cells)])
-    measure = Console(width=width, color_system=None)
+            column.width = max(cell_len(_plain(c)) for c in [column.header, *column._cells])
 
     def minimum() -> int:
-        return Measurement.get(measure, measure.options.update_width(10_000), table).minimum
+        return _minimum_width(table)
 
     original = list(table.columns)
     named = {str(c.header): c for c in original}
@@ -234,6 +230,37 @@ def fit_table(table: Table, width: int, drop: Sequence[str] = ()) -> Table:
         table.caption = f"{table.caption} {words}" if table.caption else words
         table.caption_justify = "left"
     return table
+
+
+def _plain(cell: object) -> str:
+    return cell.plain if hasattr(cell, "plain") else str(cell)
+
+
+def _minimum_width(table: Table) -> int:
+    """The fewest cells ``table`` can be laid out in: what rich's own measurement gives for these
+    cells (fixed columns at their width, text at its longest word, bars at their least), counted
+    directly because measuring through rich costs as much as rendering the table twice."""
+    from rich.cells import cell_len
+    from rich.console import Console
+    from rich.measure import Measurement
+
+    total = table._extra_width
+    for i, column in enumerate(table.columns):
+        pad = table._get_padding_width(i)
+        if column.width is not None:
+            total += column.width + pad
+            continue
+        least = column.min_width or 1
+        for cell in ([column.header] if table.show_header else []) + list(column._cells):
+            if isinstance(cell, Bar):
+                least = max(least, cell.min_width)
+            elif isinstance(cell, str) or hasattr(cell, "plain"):
+                least = max(least, *(cell_len(word) for word in _plain(cell).split() or [""]))
+            else:
+                measure = Console(width=1_000, color_system=None)
+                least = max(least, Measurement.get(measure, measure.options, cell).minimum)
+        total += least + pad
+    return total
 
 
 def wrap_note(text: str, width: int, lead: str = "Note: ") -> str:

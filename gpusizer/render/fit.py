@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from gpusizer.domain.parallelism import layout_words, strategy_label
 from gpusizer.render.common import Bar, fit_table, fmt, show_bool, show_value
@@ -25,16 +26,39 @@ COMPONENTS: tuple[tuple[str, str], ...] = (
 )
 
 
-def breakdown_table(report: FitReport, width: int | None = None) -> Table:
+def run_words(inputs: Mapping[str, Any]) -> str:
+    """The run fit-model sized, every setting as resolved (its JSON ``input``), in one line."""
+    train = inputs["mode"] == "train"
+    words = ["training" if train else "inference", f"{inputs['precision']} precision"]
+    adapter = inputs.get("adapter")
+    if adapter:
+        words.append(f"{'QLoRA' if adapter.get('base_quantisation') else 'LoRA'} rank {adapter.get('rank')}")
+    if train:
+        words.append(f"{inputs['optimizer']} optimizer")
+    words.append(f"batch {inputs['batch']}")
+    if inputs.get("seq_len"):
+        words.append(f"{inputs['seq_len']:,} tokens")
+        words.append("fused attention" if inputs.get("flash_attention") else "eager attention")
+    if inputs.get("image_size"):
+        words.append(f"{inputs['image_size']} px images")
+    if train and inputs.get("checkpointing"):
+        words.append("activation checkpointing")
+    words.append(layout_words(inputs["strategy"], inputs["gpus"], inputs["mode"]))
+    return ", ".join(words)
+
+
+def breakdown_table(report: FitReport, width: int | None = None, inputs: Mapping[str, Any] | None = None) -> Table:
     """Where the memory goes, component by component, with a bar each; ``width``: fit that many
-    columns (the bars shrink, then the GiB column goes; exact bytes stay)."""
+    columns (the bars shrink, then the GiB column goes; exact bytes stay). ``inputs`` (the JSON
+    ``input``): say under the title how the run was read."""
     from rich.table import Table
 
     b = report.breakdown
     summed = sum(getattr(b, f) for f, _ in COMPONENTS)
     table = Table(
         title=f"Memory per GPU: {report.model_name} ({format_count(report.params)} params), "
-        f"peak {format_bytes(b.total_bytes)} at the {b.peak_phase} phase",
+        f"peak {format_bytes(b.total_bytes)} at the {b.peak_phase} phase"
+        + (f"\nRun: {run_words(inputs)}" if inputs and report.method != "rule-of-thumb" else ""),
         title_justify="left",
     )
     table.add_column("component")
