@@ -401,3 +401,28 @@ def test_catalog_show_an_amd_gpu(cli, cli_json):
     human = cli("catalog", "show", "AMD Instinct MI300X")
     assert human.exit_code == 0 and "cdna3" in human.stdout
     assert {g["id"] for g in cli_json("catalog", "list", "--arch", "cdna2")["results"]} == {"mi210", "mi250", "mi250x"}
+
+
+def test_compare_with_a_workload_adds_the_modelled_speed_estimate_gives(cli_json):
+    """The speed row is estimate's throughput for the workload's run (ResNet-50 training, mixed,
+    batch 64), GPU by GPU, with its ratio to the first, above the datasheet rows."""
+    doc = cli_json("compare", "rtx-3090", "rtx-4090", "--workload", "cnn")
+    speed = doc["results"]["rows"][0]
+    assert speed["field"] == "modelled_throughput_per_s" and "images/s" in speed["label"]
+    for gpu, value in zip(("rtx-3090", "rtx-4090"), speed["values"], strict=True):
+        est = cli_json("estimate", "--model", "resnet50", "--gpu", gpu, "--precision", "mixed", "--batch", "64")
+        assert value == est["results"]["throughput_per_s"]
+    assert speed["ratios"][1] == speed["values"][1] / speed["values"][0]
+    assert speed["values"][1] > speed["values"][0]  # the 4090 is the faster card
+    assert doc["input"]["workload"] == "cnn"
+
+
+def test_compare_with_a_model_that_does_not_fit_says_why(cli_json):
+    doc = cli_json("compare", "rtx-4090", "h100", "--model", "llama-3.1-70b")
+    assert doc["results"]["rows"][0]["values"] == [None, None]
+    assert any("rtx-4090: not timed: Llama 3.1 70B does not fit" in n for n in doc["notes"])
+
+
+def test_compare_a_workload_without_a_model_in_the_performance_model_is_refused(cli):
+    result = cli("compare", "v100", "a100", "--workload", "hpc")
+    assert result.exit_code == 2 and "no model in the performance model" in result.stderr

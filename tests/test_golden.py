@@ -34,6 +34,7 @@ CASES = {
     "recommend-explain-120": ["recommend", "--workload", "hpc", "--top", "2", "--explain"],
     "catalog-list-datacenter-80": ["catalog", "list", "--segment", "datacenter"],
     "compare-80": ["compare", "h100", "a100", "l40s", "rtx-4090"],
+    "compare-speed-80": ["compare", "rtx-5080", "rtx-4080", "rtx-4090", "rtx-5090", "--workload", "cnn"],
     "fit-model-lora-80": ["fit-model", "--model", "llama-3.1-8b", "--lora", "16", "--gpu", "rtx-4090", "--gpu", "a100"],
     "fit-model-tp-120": ["fit-model", "--model", "llama-3.1-70b", "--inference", "--gpus", "4", "--strategy", "tp",
                          "--gpu", "h100", "--gpu", "l40s"],

@@ -165,8 +165,15 @@ def show_system(name: str, *, cache_dir: Path | None = None) -> SystemResult:
     return SystemResult(input={"system": name, "resolved_id": system.id}, results=system)
 
 
-def compare(names: Sequence[str], *, catalog: Catalog | None = None, cache_dir: Path | None = None) -> CompareResult:
+def compare(
+    names: Sequence[str], *, workload: str | None = None, model: str | None = None, catalog: Catalog | None = None,
+    cache_dir: Path | None = None,
+) -> CompareResult:
     """GPUs side by side, with ratios against the first.
+
+    With a ``workload`` (its reference model, mode, precision and batch, as recommend's speed
+    column uses them) or a ``model`` (trained as ``estimate`` would by default), the first row is
+    each GPU's throughput from the performance model, next to the datasheet ratios.
 
     >>> compare(["GTX 1080 Ti", "P100 SXM2"]).results.gpus
     ('gtx-1080-ti', 'p100-sxm2-16gb')
@@ -175,11 +182,68 @@ def compare(names: Sequence[str], *, catalog: Catalog | None = None, cache_dir: 
 
     cat = catalog or load_catalog(cache_dir=cache_dir)
     result = _compare(cat.resolve_many(list(names)))
+    notes = list(result.notes)
+    if workload is not None or model is not None:
+        speed, speed_notes = _modelled_speed(result.gpus, workload, model, cat, cache_dir)
+        result = result.model_copy(update={"rows": (speed, *result.rows)})
+        notes += speed_notes
     results = CompareResults(
         gpus=tuple(g.id for g in result.gpus), rows=result.rows,
         facts=tuple(CompareFact(field=f, label=label, values=v) for f, label, v in result.facts),
     )
-    return CompareResult(input={"gpus": list(names)}, results=results, notes=result.notes, comparison=result)
+    inputs = {"gpus": list(names), "workload": workload, "model": model}
+    return CompareResult(input=inputs, results=results, notes=tuple(notes), comparison=result)
+
+def _modelled_speed(
+    gpus: Sequence[Gpu], workload: str | None, model: str | None, cat: Catalog, cache_dir: Path | None,
+) -> tuple[CompareRow, list[str]]:
+    """Each GPU's modelled throughput as a compare row: the run ``estimate`` times (the workload's
+    settings, or a model trained by default), at the given batch or, where it does not fit, the
+    largest that does. A GPU the run does not fit on, or cannot run, shows null and a note why."""
+    from gpusizer.api._estimate import estimate
+    from gpusizer.errors import GpusizerError
+    from gpusizer.hardware.browse import ratios
+
+    settings: dict[str, Any] = {}
+    if workload is not None:
+        from gpusizer.ranking.rules import load_rules
+
+        wl = load_rules(cache_dir=cache_dir).workload(workload)
+        if model is None and wl.speed.model is None:
+            raise UsageError(f"workload {workload!r} has no model in the performance model", field="model",
+                             hint="give a model to time")
+        settings = {"mode": wl.mode, "precision": wl.precision}
+        if model is None:
+            settings.update(batch=wl.speed.batch, seq_len=wl.speed.seq_len, image_size=wl.speed.image_size)
+        model = model or wl.speed.model
+    values: list[float | None] = []
+    notes: list[str] = []
+    unit, what = "", f"{model}"
+    for g in gpus:
+        try:
+            est = estimate(model, gpu=g.id, catalog=cat, cache_dir=cache_dir,
+                           **{k: v for k, v in settings.items() if v is not None})
+            if not est.fits and settings.get("batch"):  # the workload's batch: less where it does not fit
+                est = estimate(model, gpu=g.id, catalog=cat, cache_dir=cache_dir,
+                               **{k: v for k, v in settings.items() if v is not None and k != "batch"})
+        except GpusizerError as exc:
+            values.append(None)
+            notes.append(f"{g.id}: not timed: {exc.message}")
+            continue
+        timed = est.results.estimate
+        values.append(timed.throughput_per_s if timed is not None else None)
+        if timed is None:
+            notes.append(f"{g.id}: not timed: {est.results.reason}")
+        else:
+            unit = timed.throughput_unit
+            what = f"{est.input['model']} {'training' if est.input['mode'] == 'train' else 'inference'}, " \
+                   f"{est.input['precision']}"
+    label = f"modelled {unit or 'speed'} ({what})"
+    notes.append(f"modelled speed: {what}, from the performance model ('estimate' on each GPU; docs/accuracy.md "
+                 "gives its error)")
+    return CompareRow(field="modelled_throughput_per_s", label=label, values=tuple(values),
+                      ratios=ratios(values)), notes
+
 
 def models(*, cache_dir: Path | None = None) -> ModelsResult:
     """The model zoo: every model with its shape and sources."""

@@ -77,13 +77,19 @@ def catalog_show(
 def compare_cmd(
     ctx: typer.Context,
     gpus: Annotated[list[str], typer.Argument(help="Two or more GPU names; ratios are against the first.")],
+    workload: Annotated[str | None, typer.Option(
+        "--workload", help="Add each GPU's modelled speed for this workload (its reference model and settings, "
+                           "as recommend's speed column), e.g. cnn, llm-train.")] = None,
+    model: Annotated[str | None, typer.Option(
+        "--model", help="Add each GPU's modelled speed for this zoo model (trained, as estimate does by default; "
+                        "with --workload, run as the workload runs it).")] = None,
     catalog: CatalogOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Put GPUs side by side, with ratios against the first."""
     from gpusizer import api
 
-    result = api.compare(gpus, catalog=_load_catalog(catalog))
+    result = api.compare(gpus, workload=workload, model=model, catalog=_load_catalog(catalog))
 
     def table(width: int) -> object:
         from gpusizer.render.catalog import comparison_table

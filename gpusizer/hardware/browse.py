@@ -129,6 +129,12 @@ class Comparison(BaseModel):
     facts: tuple[tuple[str, str, tuple[str | int | bool | None, ...]], ...]
 
 
+def ratios(values: Sequence[float | int | None]) -> tuple[float | None, ...]:
+    """Each value over the first; null where either is unknown or the first is 0."""
+    base = values[0]
+    return tuple((v / base) if (v is not None and base not in (None, 0)) else None for v in values)
+
+
 def compare(resolutions: Sequence[Resolution]) -> Comparison:
     """Side-by-side values with ratios against the first GPU."""
     if len(resolutions) < 2:
@@ -137,11 +143,7 @@ def compare(resolutions: Sequence[Resolution]) -> Comparison:
     rows = []
     for field, label in COMPARE_FIELDS:
         values = tuple(getattr(g, field) for g in gpus)
-        base = values[0]
-        ratios = tuple(
-            (v / base) if (v is not None and base not in (None, 0)) else None for v in values
-        )
-        rows.append(CompareRow(field=field, label=label, values=values, ratios=ratios))
+        rows.append(CompareRow(field=field, label=label, values=values, ratios=ratios(values)))
     facts = tuple((f, label, tuple(getattr(g, f) for g in gpus)) for f, label in COMPARE_FACTS)
     notes = tuple(r.note for r in resolutions if r.note)
     return Comparison(gpus=gpus, notes=notes, rows=tuple(rows), facts=facts)

@@ -143,13 +143,16 @@ def gpu_detail(gpu: Gpu, formulas: Mapping[str, str] | None = None, width: int |
     return table if width is None else fit_table(table, width)
 
 
-def comparison_table(comparison: Comparison, width: int | None = None) -> Table:
-    """The GPUs side by side; ``width``: fit that many columns."""
+def comparison_table(comparison: Comparison, width: int | None = None, *, stacked: bool = False) -> Table:
+    """The GPUs side by side, each value with its ratio to the first GPU's; ``width``: fit that
+    many columns, putting each ratio under its value when a line would not hold both."""
     from rich.table import Table
+
+    from gpusizer.render.common import _minimum_width
 
     first = comparison.gpus[0].id
     table = Table(title=f"Side by side (ratios against {first})", title_justify="left")
-    table.add_column("")
+    table.add_column("", min_width=12)
     for gpu in comparison.gpus:
         table.add_column(gpu.id, justify="right")
     for row in comparison.rows:
@@ -157,12 +160,17 @@ def comparison_table(comparison: Comparison, width: int | None = None) -> Table:
         for i, (value, ratio) in enumerate(zip(row.values, row.ratios, strict=True)):
             text = fmt(value)
             if i > 0 and ratio is not None:
-                text += f" ({fmt_ratio(ratio)})"
+                text += ("\n" if stacked else " ") + f"({fmt_ratio(ratio)})"
             cells.append(text)
         table.add_row(row.label, *cells)
     for _, label, values in comparison.facts:
         table.add_row(label, *(fmt(v) for v in values))
-    return table if width is None else fit_table(table, width)
+    if width is None:
+        return table
+    fitted = fit_table(table, width)
+    if not stacked and _minimum_width(fitted) > width:
+        return comparison_table(comparison, width, stacked=True)
+    return fitted
 
 
 #: The zoo table's columns a narrow terminal leaves out, first to last.

@@ -190,17 +190,20 @@ class Bar:
 def fit_table(table: Table, width: int, drop: Sequence[str] = ()) -> Table:
     """``table`` laid out within ``width`` cells without cutting a number.
 
-    Right-justified columns hold numbers: each keeps the width of its widest cell and never wraps,
-    and so does a ``no_wrap`` column (ids). Other text columns may wrap, and :class:`Bar` cells shrink. If the table still needs more than
+    Right-justified columns hold numbers: each keeps the width of its widest figure, so no figure
+    wraps or is cut (words in such a column may wrap), and a ``no_wrap`` column (ids) keeps the
+    width of its widest cell. Other text columns may wrap, and :class:`Bar` cells shrink. If the table still needs more than
     ``width``, the columns whose headers ``drop`` names go, in that order, until it fits, and the
     caption says which went (``--json`` and a wider terminal show them).
     """
-    from rich.cells import cell_len
 
-    for column in table.columns:
-        if (column.justify == "right" or column.no_wrap) and column.width is None:
-            column.no_wrap = True
-            column.width = max(cell_len(_plain(c)) for c in [column.header, *column._cells])
+    fixed = [c for c in table.columns if (c.justify == "right" or c.no_wrap) and c.width is None]
+    for whole in (True, False):  # every cell on one line if that fits; else words in these columns may wrap
+        for column in fixed:
+            column.width = max(_whole_width(c, whole or column.no_wrap or c is column.header)
+                               for c in [column.header, *column._cells])
+        if _minimum_width(table) <= width:
+            break
 
     def minimum() -> int:
         return _minimum_width(table)
@@ -230,6 +233,17 @@ def fit_table(table: Table, width: int, drop: Sequence[str] = ()) -> Table:
         table.caption = f"{table.caption} {words}" if table.caption else words
         table.caption_justify = "left"
     return table
+
+
+def _whole_width(cell: object, no_wrap: bool) -> int:
+    """Cells a fixed column needs to show ``cell`` whole: each line of a cell with a figure in it
+    (or of any cell, in a ``no_wrap`` column), and the longest word of a text cell, which may wrap."""
+    from rich.cells import cell_len
+
+    text = _plain(cell)
+    if no_wrap or any(ch.isdigit() for ch in text):
+        return max(cell_len(line) for line in text.split("\n"))
+    return max((cell_len(word) for word in text.split()), default=0)
 
 
 def _plain(cell: object) -> str:
