@@ -86,7 +86,8 @@ def _show(ctx: typer.Context, result: Any, json_out: bool, render: Callable[[], 
 ReportOpt = Annotated[Path | None, typer.Option(
     "--report", metavar="FILE", help=(
         "Also write a report: FILE.html (one self-contained page: plots, tables, inputs, version), FILE.svg (the "
-        "plots) or FILE.md (tables, plots in sibling FILE-*.svg files). Needs gpusizer[report] (docs/usage.md)."))]
+        "plots) or FILE.md (tables, plots in sibling FILE-*.svg files). Another suffix exits 2; without "
+        "gpusizer[report] it exits 6, under --json with the JSON error document (docs/usage.md, Reports)."))]
 
 
 def check_report(path: Path | None) -> None:
