@@ -54,9 +54,8 @@ def report_format(path: Path) -> str:
     """The report format ``path``'s suffix asks for: html, svg or md; any other is a usage error."""
     kind = FORMATS.get(path.suffix.lower())
     if kind is None:
-        shown = path.suffix or "no suffix"
-        raise UsageError(f"the report file must end in .html, .svg or .md, not {shown} ({path.name})",
-                         field="report")
+        given = f"not {path.suffix} ({path.name})" if path.suffix else f"and '{path}' has no suffix"
+        raise UsageError(f"the report file must end in .html, .svg or .md, {given}", field="report")
     return kind
 
 
@@ -105,12 +104,12 @@ def build_report(document: Doc) -> Report:
     """The plots and tables for one command's result document."""
     command = str(document.get("command") or "")
     results = document.get("results") or {}
-    builders: dict[str, Callable[[Doc], Report]] = {
+    builders: dict[str, Callable[[Doc, Doc], Report]] = {
         "fit-model": _fit_report, "estimate": _estimate_report, "recommend": _recommend_report}
     build = builders.get(command)
     if build is None:
         raise UsageError(f"no report for the {command or 'unnamed'} command", field="report")
-    report = build(results)
+    report = build(results, document.get("input") or {})
     report.command = command
     report.notes = [str(n) for n in document.get("notes") or ()]
     report.inputs = [[str(k), _value(v)] for k, v in (document.get("input") or {}).items()]
@@ -158,7 +157,7 @@ def memory_segments(breakdown: Doc) -> list[tuple[str, str, int]]:
     return [(key, label, int(breakdown.get(key) or 0)) for key, label in COMPONENTS if breakdown.get(key)]
 
 
-def _fit_report(results: Doc) -> Report:
+def _fit_report(results: Doc, inputs: Doc) -> Report:
     b = results.get("breakdown") or {}
     params = results.get("params")
     report = Report("fit-model", f"Memory per GPU: {results.get('model')} ({_num(params)} parameters)")
@@ -229,9 +228,11 @@ def step_parts(results: Doc) -> list[tuple[str, str, float]]:
     return out
 
 
-def _estimate_report(results: Doc) -> Report:
+def _estimate_report(results: Doc, inputs: Doc) -> Report:
     unit = str(results.get("throughput_unit") or "samples/s")
-    report = Report("estimate", f"Estimate: {results.get('gpus_total') or 1} x {results.get('gpu_name')}")
+    n = results.get("gpus_total") or 1
+    where = f"{n} x {results.get('gpu')}" if n > 1 else str(results.get("gpu"))
+    report = Report("estimate", f"Estimate: {inputs.get('model') or 'the model'} on {where}")
     if not results.get("fits"):
         report.tables.append(Table("Does not fit", ["reason", "hint"],
                                    [[str(results.get("reason") or "n/a"), str(results.get("hint") or "")]]))
@@ -324,7 +325,7 @@ def _draw_step(fig: Any, results: Doc) -> None:
 # recommend
 
 
-def _recommend_report(results: Doc) -> Report:
+def _recommend_report(results: Doc, inputs: Doc) -> Report:
     ranked = list(results.get("ranked") or [])[:MAX_RANKED]
     unit = str(results.get("speed_unit") or "samples/s")
     report = Report("recommend", f"GPUs for {results.get('workload')}: {results.get('description') or ''}".rstrip(": "))
@@ -333,8 +334,8 @@ def _recommend_report(results: Doc) -> Report:
     if any(g.get("contributions") for g in ranked):
         report.plots.append(Plot("score", "Score", 1.3 + 0.28 * len(ranked), lambda fig: _draw_score(fig, ranked)))
     rows = [[str(g.get("rank")), str(g.get("gpu_id")), _num(g.get("score"), "", 1),
-             _num((g.get("speed") or {}).get("throughput_per_s"), unit), _price(g), _value(g.get("fits")),
-             reasons(g)] for g in ranked]
+             _num((g.get("speed") or {}).get("throughput_per_s"), unit), _price(g), _fits(g), reasons(g)]
+            for g in ranked]
     report.tables.append(Table(f"Ranking ({len(ranked)} shown of {results.get('qualified')} qualifying)",
                                ["#", "GPU", "score", "speed", "price", "fits", "reasons"], rows,
                                str(results.get("speed_basis") or "")))
@@ -349,9 +350,17 @@ def _recommend_report(results: Doc) -> Report:
     return report
 
 
+def _fits(gpu: Doc) -> str:
+    """Whether the model fits a ranked GPU, with the headroom left (n/a: no model given)."""
+    fit = gpu.get("fit") or {}
+    if gpu.get("fits") is None or fit.get("headroom_bytes") is None:
+        return _value(gpu.get("fits"))
+    return f"{_value(gpu.get('fits'))} ({_gib(fit['headroom_bytes'])} left)"
+
+
 def _price(gpu: Doc) -> str:
     price = gpu.get("price")
-    if not price:
+    if not price or price.get("usd") is None:
         return "unknown"
     return f"${price.get('usd'):,.0f} ({price.get('basis')}, {price.get('when')})"
 
