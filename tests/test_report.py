@@ -218,7 +218,11 @@ def test_recommend_html_report_ranks_with_reasons(cli, tmp_path):
 def test_svg_report_is_one_svg_with_every_plot(cli, tmp_path):
     path = tmp_path / "est.svg"
     doc, _ = _run(cli, ESTIMATE, path)
-    root = ET.fromstring(path.read_text(encoding="utf-8"))
+    text = path.read_text(encoding="utf-8")
+    _run(cli, ESTIMATE, path)
+    assert path.read_text(encoding="utf-8") == text  # the same result, the same bytes (no date, fixed ids)
+    assert text.startswith('<?xml version="1.0" encoding="utf-8"')
+    root = ET.fromstring(text.encode("utf-8"))
     assert root.tag == f"{SVG_NS}svg"
     ids = {e.get("id") for e in root.iter()}
     assert {"throughput", "efficiency", "step-compute_s", "step-step_time_s"} <= ids
@@ -232,7 +236,7 @@ def test_markdown_report_has_tables_and_sibling_plots(cli, tmp_path):
     doc, result = _run(cli, FIT, path)
     text = path.read_text(encoding="utf-8")
     assert "![Memory per GPU](fit-memory.svg)" in text
-    sibling = ET.fromstring((tmp_path / "fit-memory.svg").read_text(encoding="utf-8"))
+    sibling = ET.fromstring((tmp_path / "fit-memory.svg").read_bytes())
     _by_id(sibling, "segment-weights_bytes")
     b = doc["results"]["breakdown"]
     assert f"| weights | {b['weights_bytes'] / GIB:,.2f} GiB | {b['weights_bytes']:,} |" in text

@@ -37,6 +37,8 @@ from gpusizer.render.fit import COMPONENTS
 #: the report formats, by the file's suffix
 FORMATS: dict[str, str] = {".html": "html", ".svg": "svg", ".md": "md"}
 INSTALL = "pip install 'gpusizer[report]'"
+#: the first line of an SVG file of its own (an SVG inlined in HTML goes without it)
+XML_DECLARATION = '<?xml version="1.0" encoding="utf-8" standalone="no"?>\n'
 GIB = 2**30
 #: matplotlib's tab10, the colours of the plots' series in order
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
@@ -526,7 +528,7 @@ def report_files(document: Doc, path: Path) -> list[tuple[Path, str]]:
     if kind == "html":
         return [(path, render_html(report))]
     if kind == "svg":
-        return [(path, combined_svg(report))]
+        return [(path, XML_DECLARATION + combined_svg(report))]
     siblings = [(p, path.with_name(f"{path.stem}-{p.name}.svg")) for p in report.plots]
-    files = [(sibling, plot_svg(p)) for p, sibling in siblings]
+    files = [(sibling, XML_DECLARATION + plot_svg(p)) for p, sibling in siblings]
     return [*files, (path, render_markdown(report, [(p, s.name) for p, s in siblings]))]
