@@ -181,7 +181,8 @@ def test_estimate_html_report_has_one_point_per_gpu_count(cli, tmp_path):
     assert [str(n) for n in counts] == [t for t in texts if t in {"1", "2", "4", "8"}][:4]
     step = svgs["step"]
     assert "time per step (ms)" in _texts(step)
-    for key in ("compute_s", "memory_s", "step_time_s"):
+    assert 0 < res["comm_exposed_s"] < res["comm_s"]  # 8 GPUs: communication, partly hidden, has two bars
+    for key in ("compute_s", "memory_s", "comm_exposed_s", "comm_s", "step_time_s"):
         _by_id(step, f"step-{key}")
         assert f"{res[key] * 1e3:,.2f} ms" in _texts(step)
     ratio = _width(_by_id(step, "step-memory_s")) / _width(_by_id(step, "step-step_time_s"))

@@ -67,6 +67,10 @@ def require_matplotlib() -> None:
 
     if importlib.util.find_spec("matplotlib") is None:
         raise MissingExtraError("reports need matplotlib", hint=INSTALL)
+    try:
+        import matplotlib  # noqa: F401  (a broken install fails here, not halfway through a report)
+    except ImportError as exc:
+        raise MissingExtraError(f"reports need matplotlib, which cannot be imported: {exc}", hint=INSTALL) from None
 
 
 # --------------------------------------------------------------------------
@@ -221,12 +225,15 @@ def _draw_memory(fig: Any, results: Doc) -> None:
 def step_parts(results: Doc) -> list[tuple[str, str, float]]:
     """(JSON key, label, seconds) of the step-time bars: each resource's busy time, then the step."""
     parts = [("compute_s", "compute"), ("memory_s", "memory"), ("comm_exposed_s", "communication (exposed)"),
-             ("overhead_s", "fixed overhead"), ("step_time_s", "step")]
+             ("comm_s", "communication (in all)"), ("overhead_s", "fixed overhead"), ("step_time_s", "step")]
     out = []
     for key, label in parts:
         value = results.get(key)
-        if isinstance(value, (int, float)) and (value > 0 or key in ("compute_s", "memory_s", "step_time_s")):
-            out.append((key, label, float(value)))
+        if not isinstance(value, (int, float)) or (value <= 0 and key not in ("compute_s", "memory_s", "step_time_s")):
+            continue
+        if key == "comm_s" and value <= (results.get("comm_exposed_s") or 0):
+            continue  # (nothing hidden behind compute: the exposed bar says it all)
+        out.append((key, label, float(value)))
     return out
 
 
@@ -256,8 +263,8 @@ def _estimate_report(results: Doc, inputs: Doc) -> Report:
     report.tables.append(Table("Summary", ["what", "value"], rows))
     report.tables.append(Table("Step time", ["resource", "ms"],
                                [[label, f"{s * 1e3:,.3f}"] for _, label, s in step_parts(results)],
-                               "Compute and memory overlap, so the step is shorter than their sum; only the "
-                               "exposed part of communication is shown."))
+                               "Compute and memory overlap, so the step is shorter than their sum; communication "
+                               "counts in the step only where it is not hidden behind compute (exposed)."))
     if curve:
         report.tables.append(Table("Scaling (same batch per GPU)", ["GPUs", "nodes", unit, "speed-up", "efficiency"],
                                    [[str(p.get("gpus_total")), str(p.get("nodes")), _num(p.get("throughput_per_s")),
