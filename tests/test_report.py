@@ -216,6 +216,20 @@ def test_recommend_html_report_ranks_with_reasons(cli, tmp_path):
 
 
 @needs_mpl
+def test_recommend_with_a_budget_plots_the_configurations(cli, tmp_path):
+    path = tmp_path / "plan.html"
+    doc, _ = _run(cli, ("recommend", "--workload", "cnn", "--budget", "10000", "--top", "3"), path)
+    configs = doc["results"]["plan"]["configurations"]
+    html = path.read_text(encoding="utf-8")
+    plot = _svgs(html)["configurations"]
+    widths = [_width(_by_id(plot, f"config-{c['rank']}")) for c in configs]
+    for c, w in zip(configs, widths, strict=True):
+        assert w / widths[0] == pytest.approx(c["throughput_per_s"] / configs[0]["throughput_per_s"], rel=0.01)
+        assert c["label"] in _texts(plot) and f"<td>{c['label']}</td>" in html
+    assert f"<td>${configs[0]['price_total_usd']:,.0f}</td>" in html
+
+
+@needs_mpl
 def test_svg_report_is_one_svg_with_every_plot(cli, tmp_path):
     path = tmp_path / "est.svg"
     doc, _ = _run(cli, ESTIMATE, path)

@@ -33,6 +33,7 @@ from typing import Any
 from gpusizer import __version__
 from gpusizer.errors import MissingExtraError, UsageError
 from gpusizer.render.fit import COMPONENTS
+from gpusizer.units import format_count
 
 #: the report formats, by the file's suffix
 FORMATS: dict[str, str] = {".html": "html", ".svg": "svg", ".md": "md"}
@@ -166,7 +167,8 @@ def memory_segments(breakdown: Doc) -> list[tuple[str, str, int]]:
 def _fit_report(results: Doc, inputs: Doc) -> Report:
     b = results.get("breakdown") or {}
     params = results.get("params")
-    report = Report("fit-model", f"Memory per GPU: {results.get('model')} ({_num(params)} parameters)")
+    shown = format_count(params) if isinstance(params, (int, float)) else "n/a"
+    report = Report("fit-model", f"Memory per GPU: {results.get('model')} ({shown} params)")
     if b:
         report.plots.append(Plot("memory", "Memory per GPU", 2.8, lambda fig: _draw_memory(fig, results)))
         rows = [[label, _gib(v), f"{v:,}"] for _, label, v in memory_segments(b)]
@@ -338,8 +340,18 @@ def _recommend_report(results: Doc, inputs: Doc) -> Report:
     ranked = list(results.get("ranked") or [])[:MAX_RANKED]
     unit = str(results.get("speed_unit") or "samples/s")
     report = Report("recommend", f"GPUs for {results.get('workload')}: {results.get('description') or ''}".rstrip(": "))
+    plan = results.get("plan") or {}
+    configs = list(plan.get("configurations") or [])[:MAX_RANKED]
+    if configs:
+        plan_bars = [(str(c.get("label")), float(c.get("throughput_per_s") or 0), f"config-{c.get('rank')}")
+                     for c in configs]
+        report.plots.append(Plot("configurations", "Configurations", 0.9 + 0.28 * len(plan_bars),
+                                 lambda fig: _draw_speed(fig, plan_bars, unit, f"Speed of the configurations ({unit})")))
     if any((g.get("speed") or {}).get("throughput_per_s") for g in ranked):
-        report.plots.append(Plot("speed", "Speed", 0.9 + 0.28 * len(ranked), lambda fig: _draw_speed(fig, ranked, unit)))
+        gpu_bars = [(str(g.get("label") or g.get("gpu_id")), float((g.get("speed") or {}).get("throughput_per_s") or 0),
+                     f"speed-{g.get('gpu_id')}") for g in ranked]
+        report.plots.append(Plot("speed", "Speed", 0.9 + 0.28 * len(ranked),
+                                 lambda fig: _draw_speed(fig, gpu_bars, unit, f"Speed of the ranked GPUs ({unit})")))
     if any(g.get("contributions") for g in ranked):
         report.plots.append(Plot("score", "Score", 1.3 + 0.28 * len(ranked), lambda fig: _draw_score(fig, ranked)))
     rows = [[str(g.get("rank")), str(g.get("gpu_id")), _num(g.get("score"), "", 1),
@@ -348,12 +360,11 @@ def _recommend_report(results: Doc, inputs: Doc) -> Report:
     report.tables.append(Table(f"Ranking ({len(ranked)} shown of {results.get('qualified')} qualifying)",
                                ["#", "GPU", "score", "speed", "price", "fits", "reasons"], rows,
                                str(results.get("speed_basis") or "")))
-    plan = results.get("plan")
-    if plan and plan.get("configurations"):
+    if configs:
         report.tables.append(Table(f"Configurations: {plan.get('goal')}", ["#", "configuration", unit, "price", "reasons"],
                                    [[str(c.get("rank")), str(c.get("label")), _num(c.get("throughput_per_s")),
-                                     _num(c.get("price_total_usd"), "USD"), "; ".join(c.get("reasons") or ())]
-                                    for c in plan["configurations"]]))
+                                     _usd(c.get("price_total_usd")), "; ".join(c.get("reasons") or ())]
+                                    for c in configs]))
     for w in results.get("why_not") or ():
         report.tables.append(Table(f"Why not {w.get('asked')}", ["reason"], [[str(r)] for r in w.get("reasons") or ()]))
     return report
@@ -365,6 +376,10 @@ def _fits(gpu: Doc) -> str:
     if gpu.get("fits") is None or fit.get("headroom_bytes") is None:
         return _value(gpu.get("fits"))
     return f"{_value(gpu.get('fits'))} ({_gib(fit['headroom_bytes'])} left)"
+
+
+def _usd(value: object) -> str:
+    return "n/a" if not isinstance(value, (int, float)) else f"${value:,.0f}"
 
 
 def _price(gpu: Doc) -> str:
@@ -385,18 +400,19 @@ def reasons(gpu: Doc) -> str:
     return "; ".join(parts)
 
 
-def _draw_speed(fig: Any, ranked: Sequence[Doc], unit: str) -> None:
+def _draw_speed(fig: Any, bars: Sequence[tuple[str, float, str]], unit: str, title: str) -> None:
+    """Horizontal bars of (name, throughput, SVG id), best first."""
     ax = fig.subplots()
-    names = [str(g.get("label") or g.get("gpu_id")) for g in ranked]
-    values = [float((g.get("speed") or {}).get("throughput_per_s") or 0) for g in ranked]
-    bars = ax.barh(names, values, color=PALETTE[0])
-    for patch, g in zip(bars.patches, ranked, strict=True):
-        patch.set_gid(f"speed-{g.get('gpu_id')}")
-    ax.bar_label(bars, labels=[f"{v:,.0f}" for v in values], padding=3, fontsize=8)
+    names = [name for name, _, _ in bars]
+    values = [value for _, value, _ in bars]
+    drawn = ax.barh(range(len(bars)), values, color=PALETTE[0], tick_label=names)
+    for patch, (_, _, gid) in zip(drawn.patches, bars, strict=True):
+        patch.set_gid(gid)
+    ax.bar_label(drawn, labels=[f"{v:,.0f}" for v in values], padding=3, fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel(f"throughput ({unit})")
     ax.set_xlim(0, max(values, default=1) * 1.15 or 1)
-    ax.set_title(f"Speed of the ranked GPUs ({unit})", fontsize=10, loc="left")
+    ax.set_title(title, fontsize=10, loc="left")
 
 
 def _draw_score(fig: Any, ranked: Sequence[Doc]) -> None:
