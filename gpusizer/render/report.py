@@ -32,15 +32,16 @@ from typing import Any
 
 from gpusizer import __version__
 from gpusizer.errors import MissingExtraError, UsageError
+from gpusizer.render.common import NA, show_bool
 from gpusizer.render.fit import COMPONENTS
-from gpusizer.units import format_count
+from gpusizer.units import GIB, format_count
 
 #: the report formats, by the file's suffix
 FORMATS: dict[str, str] = {".html": "html", ".svg": "svg", ".md": "md"}
 INSTALL = "pip install 'gpusizer[report]'"
 #: the first line of an SVG file of its own (an SVG inlined in HTML goes without it)
 XML_DECLARATION = '<?xml version="1.0" encoding="utf-8" standalone="no"?>\n'
-GIB = 2**30
+
 #: matplotlib's tab10, the colours of the plots' series in order
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
            "#17becf")
@@ -126,9 +127,9 @@ def build_report(document: Doc) -> Report:
 def _value(value: object) -> str:
     """An input's value as text: null as n/a, lists joined, other structures as JSON."""
     if value is None:
-        return "n/a"
+        return NA
     if isinstance(value, bool):
-        return "yes" if value else "no"
+        return show_bool(value)
     if isinstance(value, (list, tuple)):
         return ", ".join(_value(v) for v in value) if value else "none"
     if isinstance(value, Mapping):
@@ -141,17 +142,17 @@ def _value(value: object) -> str:
 
 
 def _gib(value: object) -> str:
-    return "n/a" if not isinstance(value, (int, float)) else f"{value / GIB:,.2f} GiB"
+    return NA if not isinstance(value, (int, float)) else f"{value / GIB:,.2f} GiB"
 
 
 def _num(value: object, unit: str = "", digits: int = 0) -> str:
     if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
-        return "n/a"
+        return NA
     return f"{value:,.{digits}f}" + (f" {unit}" if unit else "")
 
 
 def _pct(value: object) -> str:
-    return "n/a" if not isinstance(value, (int, float)) else f"{value:.0%}"
+    return NA if not isinstance(value, (int, float)) else f"{value:.0%}"
 
 
 # --------------------------------------------------------------------------
@@ -167,7 +168,7 @@ def memory_segments(breakdown: Doc) -> list[tuple[str, str, int]]:
 def _fit_report(results: Doc, inputs: Doc) -> Report:
     b = results.get("breakdown") or {}
     params = results.get("params")
-    shown = format_count(params) if isinstance(params, (int, float)) else "n/a"
+    shown = format_count(params) if isinstance(params, (int, float)) else NA
     report = Report("fit-model", f"Memory per GPU: {results.get('model')} ({shown} params)")
     if b:
         report.plots.append(Plot("memory", "Memory per GPU", 2.8, lambda fig: _draw_memory(fig, results)))
@@ -180,7 +181,7 @@ def _fit_report(results: Doc, inputs: Doc) -> Report:
              _gib(g.get("headroom_bytes")), _value(g.get("max_batch")), _value(g.get("min_gpus"))] for g in gpus]
     if rows:
         report.tables.append(Table("GPUs", ["GPU", "memory", "fits", "headroom", "max batch/GPU", "min GPUs"], rows))
-    report.tables.append(Table("Verdict", ["verdict"], [[str(results.get("verdict") or "n/a")]]))
+    report.tables.append(Table("Verdict", ["verdict"], [[str(results.get("verdict") or NA)]]))
     return report
 
 
@@ -246,7 +247,7 @@ def _estimate_report(results: Doc, inputs: Doc) -> Report:
     report = Report("estimate", f"Estimate: {inputs.get('model') or 'the model'} on {where}")
     if not results.get("fits"):
         report.tables.append(Table("Does not fit", ["reason", "hint"],
-                                   [[str(results.get("reason") or "n/a"), str(results.get("hint") or "")]]))
+                                   [[str(results.get("reason") or NA), str(results.get("hint") or "")]]))
         return report
     curve = results.get("scaling_curve") or []
     if curve:
@@ -379,7 +380,7 @@ def _fits(gpu: Doc) -> str:
 
 
 def _usd(value: object) -> str:
-    return "n/a" if not isinstance(value, (int, float)) else f"${value:,.0f}"
+    return NA if not isinstance(value, (int, float)) else f"${value:,.0f}"
 
 
 def _price(gpu: Doc) -> str:
@@ -511,6 +512,7 @@ def render_html(report: Report) -> str:
     notes = "".join(f"<li>{_e(n)}</li>" for n in report.notes)
     inputs = _html_table(Table("Inputs (resolved, as the JSON input)", ["input", "value"], report.inputs), "inputs")
     return (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+            f'<meta name="generator" content="gpusizer {_e(report.version)}">\n'
             f"<title>{_e(report.title)} - gpusizer {_e(report.version)}</title>\n<style>{_CSS}</style>\n</head>\n<body>\n"
             f"<h1>{_e(report.title)}</h1>\n"
             f'<p class="meta">gpusizer {_e(report.command)}, made by <span id="version">gpusizer '
