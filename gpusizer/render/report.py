@@ -299,7 +299,10 @@ def _draw_scaling(fig: Any, curve: Sequence[Doc], unit: str) -> None:
     eff = [100 * float(p["scaling_efficiency"] or 0) for p in curve]
     left, right = fig.subplots(1, 2)
     left.plot(gpus, speed, marker="o", color=PALETTE[0], gid="throughput", label="estimate")
-    left.plot(gpus, [speed[0] * n / gpus[0] for n in gpus], linestyle=":", color="#888888", label="ideal")
+    # ideal: each point's throughput at 100% per-GPU efficiency, as the estimate defines efficiency
+    # (against its own 1-GPU reference, which is not always the curve's first point)
+    ideal = [s / (e / 100) if e > 0 else None for s, e in zip(speed, eff, strict=True)]
+    left.plot(gpus, ideal, linestyle=":", color="#888888", label="ideal (100% efficiency)")
     left.set_ylabel(f"throughput ({unit})")
     left.set_title(f"Throughput ({unit})", fontsize=10, loc="left")
     left.legend(fontsize=8, frameon=False)
