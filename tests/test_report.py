@@ -308,10 +308,11 @@ def _screenshot(html: Path, png: Path, profile: Path) -> Any:
     from PIL import Image
 
     assert BROWSER is not None
-    subprocess.run([BROWSER, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                    f"--user-data-dir={profile}", f"--screenshot={png}", "--window-size=1200,1600",
-                    html.as_uri()], capture_output=True, timeout=120, check=False)
-    assert png.exists(), "the browser wrote no screenshot"
+    run = subprocess.run([BROWSER, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                          "--hide-scrollbars", f"--user-data-dir={profile}", f"--screenshot={png}",
+                          "--window-size=1200,1600", html.as_uri()], capture_output=True, text=True, timeout=120,
+                         check=False)
+    assert png.exists(), f"the browser wrote no screenshot (exit {run.returncode}): {run.stderr[-2000:]}"
     return Image.open(png).convert("RGB")
 
 
