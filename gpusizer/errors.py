@@ -38,6 +38,12 @@ class GpusizerError(Exception):
         self.field = field
 
 
+class OutputError(GpusizerError):
+    """An output file (a ``--report``) that cannot be written: a missing folder, no permission, a full disk."""
+
+    exit_code = ExitCode.INTERNAL
+
+
 class UsageError(GpusizerError):
     """A bad option or value, or an unknown GPU or model name."""
 

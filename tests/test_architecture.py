@@ -84,15 +84,15 @@ def _layer(module: str) -> int | None:
 
 
 #: the optional extras' packages, and the only modules that may import them
-HEAVY = ("torch", "torchvision", "transformers", "peft", "huggingface_hub")
+HEAVY = ("torch", "torchvision", "transformers", "peft", "huggingface_hub", "matplotlib")
 HEAVY_HOMES = {"gpusizer.exact._tracker", "gpusizer.exact._build", "gpusizer.exact._step", "gpusizer.exact.trace",
-               "gpusizer.models.hub"}
+               "gpusizer.models.hub", "gpusizer.render.report"}
 
 
 def test_heavy_extras_are_imported_only_by_their_modules():
-    """torch, transformers and huggingface_hub stay out of the default install's code paths:
-    only exact mode's private modules and the Hub reader import them (inside functions,
-    except the private modules, which only exact mode loads)."""
+    """torch, transformers, huggingface_hub and matplotlib stay out of the default install's code
+    paths: only exact mode's private modules, the Hub reader and the report writer import them
+    (inside functions, except the private modules, which only exact mode loads)."""
     wrong = []
     for name, tree in MODULES.items():
         for node in ast.walk(tree):

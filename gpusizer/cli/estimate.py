@@ -7,9 +7,12 @@ Registered on the shared app by importing this module.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+if TYPE_CHECKING:
+    from gpusizer.api import EstimateResult
 
 from gpusizer.choices import Phase
 from gpusizer.cli.options import (
@@ -36,6 +39,7 @@ from gpusizer.cli.options import (
     OptimizerOptT,
     ParamsOpt,
     QloraOpt,
+    ReportOpt,
     SeqOpt,
     StrategyOptT,
     SystemOpt,
@@ -46,7 +50,10 @@ from gpusizer.cli.options import (
     _load_catalog,
     _warn,
     adapter_settings,
+    check_report,
     precision_help,
+    report_note,
+    write_report,
 )
 from gpusizer.cli.root import app, guarded
 from gpusizer.domain.precision import (
@@ -133,11 +140,14 @@ def estimate_cmd(
     price_per_hour: PriceOpt = None,
     prompt: PromptOpt = None,
     max_itl_ms: MaxItlOpt = None,
+    report: ReportOpt = None,
     catalog: CatalogOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Predict throughput, step-time breakdown, scaling, time-to-train and cost."""
     from gpusizer import api
+
+    check_report(report)
 
     result = api.estimate(
         model, gpu=gpu, system=system, params=params, hf_config=hf_config, gpus=gpus, nodes=nodes, interconnect=interconnect,
@@ -150,15 +160,22 @@ def estimate_cmd(
         kv_cache=kv_cache, adapter=adapter_settings(lora, qlora, lora_targets, double_quant),
         offload=offload, offload_to=offload_to, weight_format=weights, loss=loss,
     )
+    write_report(ctx, report, result)
+    _print_estimate(ctx, result, json_out)
+
+
+def _print_estimate(ctx: typer.Context, result: EstimateResult, json_out: bool) -> None:
     res = result.results
     if json_out:
         from gpusizer.render.common import emit_json
 
         emit_json(result.document())
+        report_note(ctx)
         if not result.fits:
             raise typer.Exit(int(ExitCode.NOTHING_FITS))
         return
     if not res.fits:
+        report_note(ctx)
         raise NothingFitsError(res.reason or "nothing fits", hint=res.hint)
     from gpusizer.render.estimate import estimate_renderables
 
@@ -166,6 +183,7 @@ def estimate_cmd(
     console = _console(ctx)
     for part in estimate_renderables(result, width=console.width):
         console.print(part)
+    report_note(ctx)
     if not result.fits:
         raise typer.Exit(int(ExitCode.NOTHING_FITS))
 

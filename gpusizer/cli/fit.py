@@ -39,6 +39,7 @@ from gpusizer.cli.options import (
     OptimizerOptT,
     ParamsOpt,
     QloraOpt,
+    ReportOpt,
     SeqOpt,
     StrategyOptT,
     SystemOpt,
@@ -54,7 +55,10 @@ from gpusizer.cli.options import (
     _parse_overhead,
     _warn,
     adapter_settings,
+    check_report,
     precision_help,
+    report_note,
+    write_report,
 )
 from gpusizer.cli.root import app, guarded
 from gpusizer.domain.precision import (
@@ -118,11 +122,14 @@ def fit_model_cmd(
     overhead: Annotated[str | None, typer.Option(help="Fixed per-GPU overhead (CUDA context), e.g. 800MiB. Default 500 MiB.")] = None,
     method: Annotated[Literal["physics", "rule-of-thumb", "exact"], typer.Option(help="physics (default), rule-of-thumb: (MB - 400) / 2 x 1024^2 / 4 params, or exact (as --exact).")] = "physics",
     top: TopOpt = None,
+    report: ReportOpt = None,
     catalog: CatalogOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Estimate training or inference memory and check which GPUs it fits on."""
     from gpusizer import api
+
+    check_report(report)
 
     mode = "train" if train else "inference"
     if local and gpu:
@@ -146,6 +153,7 @@ def fit_model_cmd(
             head=head, persistent_grads=grad_accumulation > 1, gpus=gpus,
             strategy=strategy, context_bytes=_parse_overhead(overhead),
         )
+    write_report(ctx, report, result)
     _print_fit(ctx, result, json_out, top)
 
 
@@ -162,6 +170,7 @@ def _print_fit(ctx: typer.Context, result: FitModelResult, json_out: bool, top: 
         console.print(breakdown_table(result.report, width=console.width, inputs=result.input))
         console.print(gpu_table(result.report, limit=top, width=console.width))
         console.print(f"Verdict: {result.results.verdict}", markup=False)
+    report_note(ctx)
     if not result.fits:
         raise typer.Exit(int(ExitCode.NOTHING_FITS))
 

@@ -12,7 +12,7 @@ import typer
 from gpusizer.choices import Attention, Head, Logits, LossKind, Optimizer, OptimizerImpl
 from gpusizer.domain.parallelism import Offload, OffloadTarget, Strategy
 from gpusizer.domain.precision import KvCache, WeightFormatName
-from gpusizer.errors import UsageError
+from gpusizer.errors import OutputError, UsageError
 
 # --------------------------------------------------------------------------
 # shared options
@@ -88,6 +88,52 @@ def _show(ctx: typer.Context, result: Any, json_out: bool, render: Callable[[int
     console.print(render(console.width))
 
 
+
+
+ReportOpt = Annotated[Path | None, typer.Option(
+    "--report", metavar="FILE", help=(
+        "Also write a report: FILE.html (one self-contained page: plots, tables, inputs, version), FILE.svg (the "
+        "plots) or FILE.md (tables, plots in sibling FILE-*.svg files). Another suffix exits 2; without "
+        "gpusizer[report] it exits 6, under --json with the JSON error document (docs/usage.md, Reports)."))]
+
+
+def check_report(path: Path | None) -> None:
+    """Before any work: a --report whose suffix is not .html, .svg or .md is a usage error (exit 2), a
+    missing gpusizer[report] is MissingExtraError (exit 6), and a folder that does not exist cannot be
+    written to (exit 1, as any output that cannot be written)."""
+    if path is None:
+        return
+    from gpusizer.render.report import report_format, require_matplotlib
+
+    report_format(path)
+    require_matplotlib()
+    folder = path.parent
+    if not folder.is_dir():
+        raise OutputError(f"cannot write the report {path}: {folder} is not a folder",
+                          hint="--report needs an existing folder")
+
+
+def write_report(ctx: typer.Context, path: Path | None, result: Any) -> None:
+    """Write the report of ``result`` (an API result) to ``path``, and say where on stderr."""
+    if path is None:
+        return
+    from gpusizer.render.report import report_files
+
+    files = report_files(result.document(), path)
+    for target, text in files:
+        try:
+            target.write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise OutputError(f"cannot write the report {target}: {exc.strerror or exc}") from None
+    ctx.meta["report_written"] = [str(target) for target, _ in files]
+
+
+def report_note(ctx: typer.Context) -> None:
+    """``Note: report written to FILE`` on stderr, after the command's own output."""
+    written = ctx.meta.get("report_written")
+    if written:
+        _warn(ctx, [f"report written to {written[-1]}"
+                    + (f" (plots in {', '.join(written[:-1])})" if len(written) > 1 else "")])
 
 
 ParamsOpt = Annotated[str | None, typer.Option("--params", help="Parameter count: 60M, 1.3B, 7e9, 175B or 60000000.")]

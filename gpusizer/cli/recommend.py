@@ -6,9 +6,12 @@ Registered on ``gpusizer.cli.app`` when this module is imported.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+if TYPE_CHECKING:
+    from gpusizer.api import RecommendResult
 
 from gpusizer.choices import Sort
 from gpusizer.cli import options as cli
@@ -144,11 +147,14 @@ def recommend_cmd(
     explain: cli.ExplainOpt = False,
     why_not: WhyNotOpt = None,
     local: LocalOpt = False,
+    report: cli.ReportOpt = None,
     catalog: CatalogOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Rank GPUs for a workload, with the reasons for each score."""
     from gpusizer import api
+
+    cli.check_report(report)
 
     result = api.recommend(
         workload, model=model, params=params, hf_config=hf_config, precision=precision,
@@ -162,6 +168,11 @@ def recommend_cmd(
         system=system, checkpointing=checkpointing, adapter=cli.adapter_settings(lora, qlora, lora_targets, double_quant),
         offload=offload, offload_to=offload_to, weight_format=weights, loss=loss, why_not=tuple(why_not or ()),
     )
+    cli.write_report(ctx, report, result)
+    _print_recommend(ctx, result, json_out, show_excluded)
+
+
+def _print_recommend(ctx: typer.Context, result: RecommendResult, json_out: bool, show_excluded: bool) -> None:
     if json_out:
         from gpusizer.render.common import emit_json
 
@@ -175,5 +186,6 @@ def recommend_cmd(
         for part in recommend_renderables(result.results, show_excluded=show_excluded, rules_files=result.rules_files,
                                           width=console.width, explain=explain):
             console.print(part)
+    cli.report_note(ctx)
     if not result.fits:
         raise typer.Exit(int(ExitCode.NOTHING_FITS))
