@@ -169,10 +169,12 @@ def recommend_cmd(
         offload=offload, offload_to=offload_to, weight_format=weights, loss=loss, why_not=tuple(why_not or ()),
     )
     cli.write_report(ctx, report, result)
-    _print_recommend(ctx, result, json_out, show_excluded)
+    _print_recommend(ctx, result, json_out, show_excluded, explain)
 
 
-def _print_recommend(ctx: typer.Context, result: RecommendResult, json_out: bool, show_excluded: bool) -> None:
+def _print_recommend(
+    ctx: typer.Context, result: RecommendResult, json_out: bool, show_excluded: bool, explain: bool,
+) -> None:
     if json_out:
         from gpusizer.render.common import emit_json
 
