@@ -153,3 +153,45 @@ def test_relative_links_resolve(md):
         elif anchor and dest.suffix == ".md" and anchor not in _anchors(dest):
             broken.append(target)
     assert not broken, f"{md.relative_to(ROOT)}: links to missing files or headings: {broken}"
+
+
+# ----- the README's examples are real output -------------------------------------------
+
+
+def _readme_examples() -> list[tuple[str, list[str]]]:
+    """Each ``$ gpusizer ...`` example in the README's code blocks: its command (backslash
+    continuations joined) and the output lines shown under it, "..." marking a cut."""
+    examples = []
+    for block in _code_blocks(README):
+        lines = block.splitlines()
+        i = 0
+        while i < len(lines):
+            if not lines[i].startswith("$ gpusizer"):
+                i += 1
+                continue
+            command = lines[i][2:]
+            while command.endswith("\\"):
+                i += 1
+                command = command[:-1].rstrip() + " " + lines[i].strip()
+            i += 1
+            shown = []
+            while i < len(lines) and not lines[i].startswith("$ "):
+                shown.append(lines[i].rstrip())
+                i += 1
+            examples.append((command, shown))
+    return examples
+
+
+@pytest.mark.parametrize("command,shown", _readme_examples(), ids=lambda v: v if isinstance(v, str) else "")
+def test_readme_example_is_real_output(installed, command, shown):
+    """The lines each README example shows appear, in order, in the command's output at
+    COLUMNS=80 (the README says so), stdout and stderr together."""
+    import shlex
+
+    args = shlex.split(command)[1:]
+    done = installed(*args, env={"COLUMNS": "80", "NO_COLOR": "1", "LD_LIBRARY_PATH": "/nonexistent"})
+    actual = [line.rstrip() for line in (done.stderr + done.stdout).splitlines()]
+    position = 0
+    for line in (s for s in shown if s != "..."):
+        assert line in actual[position:], f"{command!r}: {line!r} is not in the output (in order)"
+        position = actual.index(line, position) + 1

@@ -69,6 +69,9 @@ def summary_table(est: PerfEstimate, gpu: Gpu, inputs: Mapping[str, Any], batch_
     table.add_row("step time", f"{_seconds(est.step_time_s)} per step of {format_count(est.samples_per_step)} "
                   f"{'tokens' if est.throughput_unit == 'tokens/s' else 'samples'} per replica")
     table.add_row("batch per GPU", f"{inputs['batch']} ({batch_note})")
+    if inputs.get("seq_len") or inputs.get("image_size"):
+        table.add_row("input", f"{inputs['seq_len']:,} tokens per sequence" if inputs.get("seq_len")
+                      else f"{inputs['image_size']} x {inputs['image_size']} px images")
     table.add_row("workload", f"{est.workload}" + (f", {est.phase}" if est.phase else ""))
     table.add_row("precision", f"{est.compute_precision} at {fmt(est.peak_tflops)} TFLOPS peak ({est.peak_label}); "
                   f"memory counted as {inputs['memory_precision']}")
