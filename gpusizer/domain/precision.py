@@ -91,6 +91,8 @@ class Precision(BaseModel):
     name: PrecisionName
     #: one line for help texts and reports
     description: str
+    #: the same for an inference run, where the description names training state; None: as ``description``
+    inference_description: str | None = None
     #: storage precision when training; None: this precision cannot train
     storage_train: StoragePrecision | None
     #: storage precision for inference
@@ -168,12 +170,14 @@ _SPECS = (
               compute_element_bytes=2, kv_element_bytes=2, traffic_activation_bytes=2,
               tensor_field="tensor_fp16_tflops", tensor_label="fp16 Tensor Core (fp32 accumulate)", without_tensor="cuda-16bit", eager_ops="mixed"),
     Precision(name="fp16", description="pure FP16: weights, gradients and optimizer state in 16 bits",
+              inference_description="FP16 weights and activations",
               storage_train="fp16", storage_inference="fp16",
               storage=Storage(weight_bytes=2, grad_bytes=2, optimizer_state_bytes=2, activation_bytes=2,
                               torch_dtype="float16"),
               compute_element_bytes=2, kv_element_bytes=2, traffic_activation_bytes=2,
               tensor_field="tensor_fp16_tflops", tensor_label="fp16 Tensor Core (fp32 accumulate)", without_tensor="cuda-16bit", eager_ops="half"),
     Precision(name="bf16", description="pure BF16: weights, gradients and optimizer state in 16 bits",
+              inference_description="BF16 weights and activations",
               storage_train="bf16", storage_inference="bf16",
               storage=Storage(weight_bytes=2, grad_bytes=2, optimizer_state_bytes=2, activation_bytes=2,
                               torch_dtype="bfloat16"),

@@ -44,14 +44,15 @@ UNIT_SHORT = {"images/s": "img/s", "sequences/s": "seq/s", "tokens/s": "tok/s"}
 MODE_WORDS = {"train": "training", "inference": "inference"}
 
 
-def precision_words(precision: str, tf32: bool) -> str:
-    """The precision table's description; strict FP32 says so (the rules read fp32
-    as strict and name tf32 apart)."""
+def precision_words(precision: str, tf32: bool, mode: str = "train") -> str:
+    """The precision table's description (for inference where it has one); strict FP32 says so
+    (the rules read fp32 as strict and name tf32 apart)."""
     from gpusizer.domain.precision import precision_spec
 
     spec = precision_spec(precision)
     strict = "; strict here: no TF32" if spec.tf32_field is not None and not tf32 else ""
-    return spec.description + strict
+    words = spec.inference_description if mode == "inference" and spec.inference_description else spec.description
+    return words + strict
 
 
 def field_label(field: str, precision: str) -> str:
@@ -68,7 +69,7 @@ def header_lines(rec: Recommendation, rules_files: tuple[str, ...] = ()) -> list
     if rec.nodes > 1 or rec.gpus_per_node > 1:
         cluster += f" ({rec.nodes} node{'s' if rec.nodes > 1 else ''} x {rec.gpus_per_node} per node)"
     words = ("the frozen base in this precision, the adapters and their optimizer state in fp32 (peft with "
-             "Trainer(bf16=True))" if rec.precision_from == "adapter default" else precision_words(rec.precision, rec.tf32))
+             "Trainer(bf16=True))" if rec.precision_from == "adapter default" else precision_words(rec.precision, rec.tf32, rec.mode))
     read = f"precision {rec.precision} ({rec.precision_from}): {words}"
     if rec.speed_method == "performance-model":
         read = f"{MODE_WORDS[rec.mode]}, {read}"
