@@ -192,11 +192,11 @@ def fit_table(table: Table, width: int, drop: Sequence[str] = ()) -> Table:
 
     Right-justified columns hold numbers: each keeps the width of its widest figure, so no figure
     wraps or is cut (words in such a column may wrap), and a ``no_wrap`` column (ids) keeps the
-    width of its widest cell. Other text columns may wrap, and :class:`Bar` cells shrink. If the table still needs more than
-    ``width``, the columns whose headers ``drop`` names go, in that order, until it fits, and the
-    caption says which went (``--json`` and a wider terminal show them).
+    width of its widest cell. Other text columns may wrap, and :class:`Bar` cells shrink. If the
+    table still needs more than ``width``, the columns whose headers ``drop`` names go, in that
+    order, until it fits, and the caption says which went (``--json`` and a wider terminal show
+    them).
     """
-
     fixed = [c for c in table.columns if (c.justify == "right" or c.no_wrap) and c.width is None]
     for whole in (True, False):  # every cell on one line if that fits; else words in these columns may wrap
         for column in fixed:
@@ -204,10 +204,6 @@ def fit_table(table: Table, width: int, drop: Sequence[str] = ()) -> Table:
                                for c in [column.header, *column._cells])
         if _minimum_width(table) <= width:
             break
-
-    def minimum() -> int:
-        return _minimum_width(table)
-
     original = list(table.columns)
     named = {str(c.header): c for c in original}
     gone: list[Any] = []
@@ -216,7 +212,7 @@ def fit_table(table: Table, width: int, drop: Sequence[str] = ()) -> Table:
         table.columns[:] = [c for c in original if c not in without]
         for i, column in enumerate(table.columns):
             column._index = i  # (rich pads the first and last columns by their index)
-        return minimum() <= width
+        return _minimum_width(table) <= width
 
     for header in drop:
         if lay(gone) or header not in named:
