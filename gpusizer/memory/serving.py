@@ -6,7 +6,7 @@ the largest batch they schedule, and their own reserves are placed. This module
 follows vLLM's accounting (``gpu_memory_utilization``, 16-token blocks):
 
     KV budget = utilization x GPU memory - weights - peak activations
-                - CUDA context - CUDA-graph reserve
+                - CUDA context - CUDA-graph reserve - tensor-parallel buffers (tp > 1)
     blocks    = KV budget / (16 tokens x KV bytes per token)
     sequences = blocks / ceil(context / 16)
 
@@ -43,6 +43,11 @@ MAX_NUM_SEQS = 256
 #: ("Graph capturing finished in N secs, took X GiB"); it grows with the batch sizes
 #: captured and the model's layers.
 CUDA_GRAPH_BYTES = GIB // 2
+#: Memory outside PyTorch's allocator that tensor parallelism adds on each GPU: NCCL's
+#: communicator buffers and vLLM's custom all-reduce buffers. vLLM's memory profile of
+#: Meta-Llama-3-8B on an H100 (vllm-project/vllm PR #10511, 2024-12) logs "non_torch_memory"
+#: 1.79 GiB at TP=1 and 3.58 GiB at TP=2: 1.79 GiB more per GPU.
+TP_BUFFER_BYTES = round(1.79 * GIB)
 #: Tensor parallelism stays inside a node: its all-reduces run twice per layer and
 #: need NVLink-class bandwidth, and nodes hold at most 8 GPUs (DGX/HGX)
 MAX_TP = 8
@@ -108,6 +113,7 @@ def serving_capacity(
     context_bytes = DEFAULT_CONTEXT_BYTES if cfg.context_bytes is None else cfg.context_bytes
     budget = int(gpu_memory_bytes * utilization)
     kv_budget = budget - mem.weights_bytes - activations - context_bytes - cuda_graph_bytes
+    kv_budget -= TP_BUFFER_BYTES if tp > 1 else 0
     per_token = _kv_per_token(m, cfg, tp)
     blocks = max(0, kv_budget // (BLOCK_TOKENS * per_token))
     concurrency = blocks // math.ceil(context / BLOCK_TOKENS)
