@@ -10,6 +10,7 @@ from gpusizer.cli.options import (
     CONSTRAINTS,
     CatalogOpt,
     JsonOpt,
+    _cache_dir,
     _load_catalog,
     _show,
     complete_gpu,
@@ -43,7 +44,8 @@ def systems_list(
     """List GPU systems, cheapest on-demand GPU-hour first."""
     from gpusizer import api
 
-    result = api.list_systems(gpu=gpu, provider=provider, kind=kind, catalog=_load_catalog(catalog))
+    result = api.list_systems(gpu=gpu, provider=provider, kind=kind, catalog=_load_catalog(catalog),
+                               cache_dir=_cache_dir())
 
     def table() -> object:
         from gpusizer.render.systems import systems_table
@@ -66,7 +68,7 @@ def systems_show(
     """Show one system with its sources."""
     from gpusizer import api
 
-    result = api.show_system(system)
+    result = api.show_system(system, cache_dir=_cache_dir())
 
     def table() -> object:
         from gpusizer.render.systems import system_detail
