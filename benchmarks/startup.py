@@ -19,6 +19,7 @@ from the parsed-YAML cache) and rendering (building the rich table and printing
 it to a 200-column buffer), so the owner of each part knows its share.
 
     python benchmarks/startup.py [--runs 15] [--only catalog-list] [--breakdown] [--cold] [--launcher CMD]
+                                 [--before DIR]
 
 The YAML cache is warmed first (as it is after the first run on any machine);
 ``--cold`` turns the cache off instead, to show the cost of parsing the YAML.
@@ -51,7 +52,7 @@ COMMANDS: dict[str, tuple[list[str], float]] = {
 }
 
 
-def _time(cmd: list[str], env: dict[str, str], ok: tuple[int, ...] = (0,)) -> float:
+def _time(cmd: list[str], env: dict[str, str], ok: tuple[int, ...] = (0, 4)) -> float:
     start = time.perf_counter()
     proc = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
     elapsed = time.perf_counter() - start
@@ -137,9 +138,14 @@ def main() -> None:
     parser.add_argument("--breakdown", action="store_true", help="also split catalog list into its phases")
     parser.add_argument("--launcher", help="how to start gpusizer, e.g. 'python -m gpusizer' (default: the "
                                            "console script beside this Python)")
+    parser.add_argument("--before", metavar="DIR", help="also time the gpusizer in this source tree (e.g. "
+                        "'git archive HEAD~3 | tar -x -C DIR'), alternating with this one, as python -m gpusizer; "
+                        "implies --launcher 'python -m gpusizer' for this one too")
     args = parser.parse_args()
 
     gpusizer = args.launcher.split() if args.launcher else _gpusizer()
+    if args.before:
+        gpusizer = [sys.executable, "-m", "gpusizer"]
     baseline = [sys.executable, "-c", "import typer, rich, pydantic, yaml"]
     cache = tempfile.mkdtemp(prefix="gpusizer-bench-")
     env = {**os.environ, "GPUSIZER_CACHE_DIR": cache, "COLUMNS": "200"}
@@ -151,20 +157,31 @@ def main() -> None:
     rows = len(yaml.safe_load((Path(__file__).resolve().parent.parent / "data" / "gpus.yaml").read_text())["gpus"])
     floor = [sys.executable, "-c", f"ROWS = {rows}\n" + FLOOR]
     runs = {"baseline": baseline, "floor": floor, **{name: [*gpusizer, *cmd] for name, (cmd, _) in chosen.items()}}
-    for cmd in runs.values():
-        _time(cmd, env)  # warm the OS file cache and the YAML cache
+    envs = dict.fromkeys(runs, env)
+    if args.before:
+        older = {**env, "PYTHONPATH": str(Path(args.before).resolve())}
+        for name, (cmd, _) in chosen.items():
+            runs[f"{name} (before)"] = [sys.executable, "-m", "gpusizer", *cmd]
+            envs[f"{name} (before)"] = older
+    for name, cmd in runs.items():
+        _time(cmd, envs[name])  # warm the OS file cache and the YAML cache
     times: dict[str, list[float]] = {name: [] for name in runs}
     for _ in range(args.runs):
         for name, cmd in runs.items():
-            times[name].append(_time(cmd, env))
+            times[name].append(_time(cmd, envs[name]))
     base = statistics.median(times["baseline"])
     print(f"median of {args.runs} alternating runs{' (no cache)' if args.cold else ''}; "
           f"baseline python -c 'import typer, rich, pydantic, yaml' = {base * 1000:.0f} ms\n")
-    print(f"{'command':<14} {'median':>8} {'ratio':>6} {'target':>7}  met")
+    before = " before ratio " if args.before else ""
+    print(f"{'command':<14} {before}{'median':>8} {'ratio':>6} {'target':>7}  met")
     for name, (_cmd, target) in chosen.items():
         median = statistics.median(times[name])
         ratio = median / base
-        print(f"{name:<14} {median * 1000:6.0f} ms {ratio:6.2f} {target:6.1f}x  {'yes' if ratio <= target else 'no'}")
+        old = ""
+        if args.before:
+            old_median = statistics.median(times[f"{name} (before)"])
+            old = f"{old_median * 1000:4.0f} ms {old_median / base:5.2f} "
+        print(f"{name:<14} {old}{median * 1000:6.0f} ms {ratio:6.2f} {target:6.1f}x  {'yes' if ratio <= target else 'no'}")
     low = statistics.median(times["floor"])
     print(f"\nfloor (the libraries doing a listing's work, no gpusizer code): {low * 1000:.0f} ms, "
           f"{low / base:.2f}x the baseline")
