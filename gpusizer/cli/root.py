@@ -29,6 +29,7 @@ import typer.main
 from typer.core import TyperGroup
 
 from gpusizer import __version__
+from gpusizer.cli.options import OUTPUT, PANELS, examples
 from gpusizer.errors import ExitCode, GpusizerError
 
 _STATE: dict[str, Any] = {"debug": False, "json": False, "args": (), "command": None}
@@ -315,8 +316,6 @@ def humanise(command: Any) -> Any:
     type (a flag such as ``--json`` shows no value where typer writes ``<bool>``; an
     argument shows its metavar alone, not ``<str>``), and the options in the order of
     their panels (``options.PANELS``: Model, Run, Hardware, Constraints, Output)."""
-    from gpusizer.cli.options import PANELS
-
     help_option = command.get_help_option(typer.Context(command))
     if help_option is not None:
         help_option.rich_help_panel = PANELS[-1]
@@ -375,17 +374,17 @@ class LazyGroup(GuardedGroup):
         from typer._click.shell_completion import CompletionItem
 
         names = [CompletionItem(n) for n in self.commands if n.startswith(incomplete)]
-        return names + [item for item in super(TyperGroup, self).shell_complete(ctx, incomplete)]
+        return names + super(TyperGroup, self).shell_complete(ctx, incomplete)
 
 
 app = typer.Typer(
     cls=LazyGroup,
     help="Which GPU to use and how much of it, with numbers you can check.",
-    # (the same shape as options.examples, which this module cannot import at load time)
-    epilog="Examples:\n\n"
-           "  $ gpusizer recommend --workload llm-inference --model llama-2-7b\n"
-           "  $ gpusizer fit-model --model llama-2-7b --inference --gpu rtx-4090\n"
-           "  $ gpusizer estimate --model resnet50 --gpu a100",
+    epilog=examples(
+        "gpusizer recommend --workload llm-inference --model llama-2-7b",
+        "gpusizer fit-model --model llama-2-7b --inference --gpu rtx-4090",
+        "gpusizer estimate --model resnet50 --gpu a100",
+    ),
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
@@ -403,12 +402,12 @@ def _version(value: bool) -> None:
 def _root(
     ctx: typer.Context,
     version: Annotated[
-        bool, typer.Option("--version", callback=_version, is_eager=True, rich_help_panel="Output",
+        bool, typer.Option("--version", callback=_version, is_eager=True, rich_help_panel=OUTPUT,
                            help="Print the version and exit.")
     ] = False,
-    debug: Annotated[bool, typer.Option("--debug", rich_help_panel="Output",
+    debug: Annotated[bool, typer.Option("--debug", rich_help_panel=OUTPUT,
                                         help="Show tracebacks for internal errors.")] = False,
-    no_color: Annotated[bool, typer.Option("--no-color", rich_help_panel="Output",
+    no_color: Annotated[bool, typer.Option("--no-color", rich_help_panel=OUTPUT,
                                            help="Never use colour (NO_COLOR=1 does the same).")] = False,
 ) -> None:
     _STATE["debug"] = debug
