@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequenc
 from typing import Annotated, Any, NoReturn
 
 import typer
+import typer.core
 import typer.main
 from typer.core import TyperGroup
 
@@ -307,6 +308,26 @@ def load_command(name: str) -> Any:
     return built
 
 
+def _listing(name: str) -> Any:
+    """A stand-in for command ``name`` that holds only what a listing shows: its help."""
+    if name in _BUILT:
+        return _BUILT[name]
+    import importlib
+    import inspect
+
+    from typer.models import TyperInfo
+
+    module, attr = COMMANDS[name]
+    holder = getattr(importlib.import_module(module), attr)
+    text: str | None
+    if holder.registered_groups or len(holder.registered_commands) != 1:
+        text = typer.main.solve_typer_info_help(TyperInfo(holder))
+    else:
+        info = holder.registered_commands[0]
+        text = info.help or inspect.getdoc(info.callback)
+    return typer.core.TyperCommand(name=name, help=text)
+
+
 def _no_type(ctx: Any) -> None:
     return None
 
@@ -368,6 +389,15 @@ class LazyGroup(GuardedGroup):
         super().__init__(**attrs)
         self.commands = LazyCommands(self.commands)
         humanise(self)
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        """``gpusizer --help`` lists every command from its Typer's help, without building
+        any command's options (typer's costliest step)."""
+        built, self.commands = self.commands, {name: _listing(name) for name in COMMANDS}
+        try:
+            super().format_help(ctx, formatter)
+        finally:
+            self.commands = built
 
     def shell_complete(self, ctx: Any, incomplete: str) -> list[Any]:
         """Command names complete from the table above, without building the commands."""
