@@ -356,8 +356,9 @@ def humanise(command: Any) -> Any:
 
 class LazyCommands(MutableMapping[str, Any]):
     """The root group's commands: every name known at once, each command built when
-    first looked up, so a command line builds only the command it runs (and ``--help``,
-    completion and docs/gen_commands.py, which ask for every one, build them all)."""
+    first looked up, so a command line builds only the command it runs (docs/gen_commands.py
+    and the tests, which walk every command, build them all; ``gpusizer --help`` and the
+    completion of command names build none)."""
 
     def __init__(self, extra: Mapping[str, Any] | None = None) -> None:
         self._extra: dict[str, Any] = dict(extra or {})
