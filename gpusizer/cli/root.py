@@ -402,7 +402,10 @@ class LazyGroup(GuardedGroup):
 
     def shell_complete(self, ctx: Any, incomplete: str) -> list[Any]:
         """Command names complete from the table above, without building the commands."""
-        from typer._click.shell_completion import CompletionItem
+        try:
+            from typer._click.shell_completion import CompletionItem  # typer >= 0.26 vendors click
+        except ImportError:  # pragma: no cover
+            from click.shell_completion import CompletionItem  # type: ignore[assignment]
 
         names = [CompletionItem(n) for n in self.commands if n.startswith(incomplete)]
         return names + super(TyperGroup, self).shell_complete(ctx, incomplete)
