@@ -1,4 +1,5 @@
-"""The catalog, compare, the model zoo and the local probe, as API results."""
+"""The catalog and compare, as API results (systems, the model zoo and the probe have
+their own modules, so each browsing command loads only the data models it shows)."""
 
 from __future__ import annotations
 
@@ -8,13 +9,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from gpusizer.api._common import _FROZEN, Result, load_catalog
+from gpusizer.api._envelope import _FROZEN, Result, load_catalog
 from gpusizer.errors import UsageError
 from gpusizer.hardware.browse import CompareRow, Comparison
 from gpusizer.hardware.catalog import Catalog, Gpu
-from gpusizer.hardware.probe import HostSnapshot, ProbeReport
-from gpusizer.hardware.systems import PROVIDERS, System
-from gpusizer.models.zoo import Model
 
 
 class GpuListResult(Result):
@@ -48,25 +46,6 @@ class CompareResult(Result):
     results: CompareResults
     comparison: Comparison = Field(exclude=True, repr=False)
 
-class SystemListResult(Result):
-    command: Literal["systems list"] = "systems list"
-    results: tuple[System, ...]
-
-
-class SystemResult(Result):
-    command: Literal["systems show"] = "systems show"
-    results: System
-
-
-class ModelsResult(Result):
-    command: Literal["models"] = "models"
-    results: tuple[Model, ...]
-
-class ProbeResult(Result):
-    command: Literal["probe"] = "probe"
-    results: dict[str, Any]
-    report: ProbeReport = Field(exclude=True, repr=False)
-
 def list_gpus(
     *, segment: str | None = None, arch: str | None = None, min_memory_gib: float | None = None,
     ecc: bool | None = None, rdma: bool | None = None, nvlink: bool | None = None, sort: str | None = None,
@@ -83,7 +62,12 @@ def list_gpus(
     import difflib
 
     from gpusizer.hardware.browse import CatalogFilter, filter_gpus
-    from gpusizer.hardware.catalog import ARCH_ORDER, OTHER_ARCHITECTURES, SEGMENTS, VENDORS
+    from gpusizer.hardware.catalog import (
+        ARCH_ORDER,
+        OTHER_ARCHITECTURES,
+        SEGMENTS,
+        VENDORS,
+    )
 
     archs = (*ARCH_ORDER, *OTHER_ARCHITECTURES)
     if segment is not None and segment.lower() not in SEGMENTS:
@@ -130,39 +114,6 @@ def cloud_offer_note(gpu: Gpu, cache_dir: Path | None = None) -> str | None:
         f"; cheapest on demand ${cheapest.usd_per_gpu_hour:,.2f} per GPU-hour ({cheapest.name}, "
         f"{cheapest.price.date})")
     return f"cloud offers: {len(offers)} instance types carry this GPU{price}: gpusizer systems list --gpu {gpu.id}"
-
-
-def list_systems(
-    *, gpu: str | None = None, provider: str | None = None, kind: str | None = None, catalog: Catalog | None = None,
-    cache_dir: Path | None = None,
-) -> SystemListResult:
-    """GPU systems (data/systems.yaml): on-prem node types and cloud instances, filtered by GPU
-    (any name the catalog resolves), provider or kind, cheapest on-demand GPU-hour first where priced.
-
-    >>> [s.instance_type for s in list_systems(gpu="H100 SXM", provider="aws").results][:1]
-    ['p5.48xlarge']
-    """
-    from gpusizer.hardware.systems import load_systems
-
-    if provider is not None and provider.lower() not in PROVIDERS:
-        raise UsageError(f"{provider!r} is not one of {', '.join(PROVIDERS)}", field="provider")
-    if kind is not None and kind.lower() not in ("cloud", "on-prem"):
-        raise UsageError(f"{kind!r} is not cloud or on-prem", field="kind")
-    gpu_id = (catalog or load_catalog(cache_dir=cache_dir)).resolve(gpu).gpu.id if gpu is not None else None
-    systems = [s for s in load_systems(cache_dir=cache_dir).systems
-               if (gpu_id is None or s.gpu == gpu_id) and (provider is None or s.provider == provider.lower())
-               and (kind is None or s.kind == kind.lower())]
-    systems.sort(key=lambda s: (s.usd_per_gpu_hour is None, s.usd_per_gpu_hour or 0.0, s.id))
-    return SystemListResult(input={"gpu": gpu, "resolved_gpu": gpu_id, "provider": provider, "kind": kind},
-                            results=tuple(systems))
-
-
-def show_system(name: str, *, cache_dir: Path | None = None) -> SystemResult:
-    """One system by id, name or instance type (``"p5.48xlarge"``), with its sources."""
-    from gpusizer.hardware.systems import load_systems
-
-    system = load_systems(cache_dir=cache_dir).resolve(name)
-    return SystemResult(input={"system": name, "resolved_id": system.id}, results=system)
 
 
 def compare(
@@ -243,26 +194,3 @@ def _modelled_speed(
                  "gives its error)")
     return CompareRow(field="modelled_throughput_per_s", label=label, values=tuple(values),
                       ratios=ratios(values)), notes
-
-
-def models(*, cache_dir: Path | None = None) -> ModelsResult:
-    """The model zoo: every model with its shape and sources."""
-    from gpusizer.models.zoo import load_zoo
-
-    return ModelsResult(input={}, results=load_zoo(cache_dir=cache_dir).models)
-
-def probe(
-    host: HostSnapshot | None = None, *, catalog: Catalog | None = None, catalog_files: Sequence[str] = (),
-    cache_dir: Path | None = None,
-) -> ProbeResult:
-    """This machine's NVIDIA GPUs read through NVML (or a given host snapshot), matched
-    to the catalog. Raises NoDeviceError without a driver or GPU."""
-    from gpusizer.hardware.probe import match_catalog, report_results
-
-    if host is None:
-        from gpusizer.hardware.nvml import read_host
-
-        host = read_host()
-    cat = catalog or load_catalog(catalog_files, cache_dir=cache_dir)
-    matched = match_catalog(host, cat)
-    return ProbeResult(input={"catalog_files": list(catalog_files)}, results=report_results(matched), report=matched)

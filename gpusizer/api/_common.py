@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+# (the envelope lives in _envelope, which imports no domain model; re-exported here)
+from gpusizer.api._envelope import _FROZEN as _FROZEN
+from gpusizer.api._envelope import SCHEMA_VERSION as SCHEMA_VERSION
+from gpusizer.api._envelope import Result as Result
+from gpusizer.api._envelope import load_catalog as load_catalog
 from gpusizer.domain.run import RunConfig, make_run_config
 from gpusizer.domain.shape import ModelShape, shape_from_model, shape_from_params
 from gpusizer.errors import UsageError
 from gpusizer.hardware.catalog import Catalog
 from gpusizer.units import parse_count
-
-#: The JSON schema's version; a change that breaks readers bumps it.
-SCHEMA_VERSION = 1
 
 #: Upper bounds on what a question may ask; beyond them is a UsageError (exit 2), not
 #: an overflow. GPUs in all: recommend's cap; parameters: the zoo's.
@@ -55,35 +56,6 @@ def _check_range(value: float | None, field: str, what: str, low: float, high: f
         return  # (NaN fails both comparisons)
     raise UsageError(f"{what} must be between {_show_number(low)} and {_show_number(high)}, "
                      f"not {_show_number(value)}", field=field)
-
-_FROZEN = ConfigDict(frozen=True, extra="forbid")
-
-class Result(BaseModel):
-    """The envelope every answer comes in: what was asked, the results, and notes."""
-
-    model_config = _FROZEN
-
-    schema_version: int = SCHEMA_VERSION
-    command: str
-    #: the resolved inputs: every default that was applied, as used
-    input: dict[str, Any]
-    results: Any
-    notes: tuple[str, ...] = ()
-
-    def document(self) -> dict[str, Any]:
-        """The JSON document the command prints under ``--json``."""
-        return self.model_dump(mode="json")
-
-def load_catalog(files: Sequence[str | Path] = (), *, cache_dir: Path | None = None) -> Catalog:
-    """The bundled GPU catalog, with ``files`` merged over it (added GPUs, overridden fields).
-
-    >>> cat = load_catalog()
-    >>> cat.resolve("H100 SXM").gpu.memory_gib
-    80.0
-    """
-    from gpusizer.hardware.catalog import load_catalog as _load
-
-    return _load(files, cache_dir=cache_dir)
 
 def resolve_model(
     model: str | ModelShape | None = None, *, params: str | int | None = None, hf_config: str | Path | None = None,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -14,7 +14,6 @@ from gpusizer.domain.shape import ModelShape
 from gpusizer.errors import UsageError
 from gpusizer.exact.source import ExactTrace
 from gpusizer.hardware.catalog import Catalog
-from gpusizer.hardware.probe import ProbeReport
 from gpusizer.memory.estimate import MemoryBreakdown, input_default_note, resolved_input
 from gpusizer.memory.fit import (
     Capacity,
@@ -26,6 +25,9 @@ from gpusizer.memory.fit import (
     fit_rule_of_thumb,
 )
 from gpusizer.memory.fit import fit_model as _fit
+
+if TYPE_CHECKING:
+    from gpusizer.hardware.probe import ProbeReport  # (only --local's callers build one)
 
 
 class FitResults(BaseModel):

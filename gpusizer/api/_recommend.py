@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
@@ -12,11 +12,13 @@ from gpusizer.api._common import Result, _check_cluster, load_catalog, resolve_m
 from gpusizer.domain.shape import ModelShape
 from gpusizer.errors import DataFileError, NothingFitsError, UsageError
 from gpusizer.hardware.catalog import Catalog
-from gpusizer.hardware.probe import ProbeReport
 from gpusizer.hardware.systems import System
 from gpusizer.ranking.configs import Plan, PlanRequest
 from gpusizer.ranking.rules import RuleSet, Workload
 from gpusizer.ranking.search import Candidate, Recommendation, RecommendRequest
+
+if TYPE_CHECKING:
+    from gpusizer.hardware.probe import ProbeReport  # (only --local's callers build one)
 
 
 class RecommendResult(Result):

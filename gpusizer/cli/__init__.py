@@ -1,11 +1,12 @@
 """The command line: one module per command, the shared options in ``options``.
 
-Importing this package is cheap: the commands are imported (and registered on
-``app``) when ``app`` is first asked for, or by :func:`main`. That lets the
-console script take over Ctrl-C before it imports anything heavy, so an
-interrupt at any moment exits 130 at once, never with a traceback. No formula
-lives here: commands parse options, call the engine, and hand results to
-``gpusizer.render``.
+Importing this package is cheap: ``app`` (``gpusizer.cli.root``) is imported
+when first asked for, or by :func:`main`. That lets the console script take over
+Ctrl-C before it imports anything heavy, so an interrupt at any moment exits 130
+at once, never with a traceback. The commands themselves load lazily: the root
+group (``root.LazyGroup``) imports a command's module and builds its options only
+when a command line names it. No formula lives here: commands parse options,
+call the engine, and hand results to ``gpusizer.render``.
 """
 
 from __future__ import annotations
@@ -17,10 +18,6 @@ TYPE_CHECKING = False  # (typing is not imported at run time: Ctrl-C is taken ov
 if TYPE_CHECKING:
     from typing import Any
 
-#: The command modules; each registers itself on ``gpusizer.cli.root.app`` when imported.
-COMMANDS = ("catalog", "estimate", "fit", "probe", "recommend", "serve", "systems")
-
-
 def _interrupted(signum: int, frame: Any) -> None:
     """Ctrl-C: exit 130 now (imports included), leaving no cache temporary file behind."""
     try:
@@ -31,19 +28,11 @@ def _interrupted(signum: int, frame: Any) -> None:
         os._exit(130)
 
 
-def _register() -> Any:
-    import importlib
-
-    from gpusizer.cli.root import app
-
-    for name in COMMANDS:
-        importlib.import_module(f"gpusizer.cli.{name}")
-    return app
-
-
 def __getattr__(name: str) -> Any:
     if name == "app":
-        return _register()
+        from gpusizer.cli.root import app
+
+        return app
     raise AttributeError(f"module 'gpusizer.cli' has no attribute {name!r}")
 
 
@@ -53,7 +42,6 @@ def main() -> None:
         signal.signal(signal.SIGINT, _interrupted)
     except ValueError:
         pass  # not the main thread: keep Python's default
-    _register()
     from gpusizer.cli.root import main as run
 
     run()

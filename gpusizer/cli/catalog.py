@@ -6,32 +6,52 @@ from typing import Annotated
 
 import typer
 
-from gpusizer.cli.options import CatalogOpt, JsonOpt, _load_catalog, _show
-from gpusizer.cli.root import app, catalog_app, guarded
+from gpusizer.cli.options import (
+    CONSTRAINTS,
+    MODEL,
+    OUTPUT,
+    CatalogOpt,
+    JsonOpt,
+    _load_catalog,
+    _show,
+    complete_gpu,
+    complete_model,
+    examples,
+)
+from gpusizer.cli.root import command_app, guarded
+
+catalog_app = command_app(help="Browse the GPU catalog.", no_args_is_help=True, epilog=examples(
+    "gpusizer catalog list --vendor nvidia --min-memory 40",
+    "gpusizer catalog show h100",
+))
+compare_app = command_app()
 
 # --------------------------------------------------------------------------
 # catalog
 
 
-@catalog_app.command("list")
+@catalog_app.command("list", epilog=examples(
+    "gpusizer catalog list --segment datacenter --sort fp64_tflops",
+    "gpusizer catalog list --min-memory 80 --nvlink --json",
+))
 @guarded
 def catalog_list(
     ctx: typer.Context,
     segment: Annotated[
-        str | None, typer.Option(help="datacenter, workstation or consumer.", show_default=False)
+        str | None, typer.Option(metavar="SEGMENT", rich_help_panel=CONSTRAINTS, help="datacenter, workstation or consumer.", show_default=False)
     ] = None,
-    arch: Annotated[str | None, typer.Option(help="Architecture, e.g. ampere, hopper.")] = None,
-    vendor: Annotated[str | None, typer.Option(help="nvidia, amd or intel.", show_default=False)] = None,
-    min_memory: Annotated[float | None, typer.Option(help="Minimum memory in GiB.", min=0)] = None,
+    arch: Annotated[str | None, typer.Option(metavar="ARCH", rich_help_panel=CONSTRAINTS, help="Architecture, e.g. ampere, hopper.")] = None,
+    vendor: Annotated[str | None, typer.Option(metavar="VENDOR", rich_help_panel=CONSTRAINTS, help="nvidia, amd or intel.", show_default=False)] = None,
+    min_memory: Annotated[float | None, typer.Option(metavar="GIB", rich_help_panel=CONSTRAINTS, help="Minimum memory in GiB.", min=0)] = None,
     ecc: Annotated[bool | None, typer.Option(
-        "--ecc/--no-ecc", help="Only GPUs whose ECC can be on (always, or a driver setting), or only those without.",
+        "--ecc/--no-ecc", rich_help_panel=CONSTRAINTS, help="Only GPUs whose ECC can be on (always, or a driver setting), or only those without.",
     )] = None,
-    rdma: Annotated[bool | None, typer.Option("--rdma/--no-rdma", help="Only GPUs with (or without) GPUDirect RDMA.")] = None,
-    nvlink: Annotated[bool | None, typer.Option("--nvlink/--no-nvlink", help="Only GPUs with (or without) NVLink.")] = None,
-    sort: Annotated[str | None, typer.Option(help="Sort by a numeric field, e.g. fp64_tflops, bandwidth_gb_s.")] = None,
-    ascending: Annotated[bool, typer.Option("--ascending", help="Sort smallest first.")] = False,
+    rdma: Annotated[bool | None, typer.Option("--rdma/--no-rdma", rich_help_panel=CONSTRAINTS, help="Only GPUs with (or without) GPUDirect RDMA.")] = None,
+    nvlink: Annotated[bool | None, typer.Option("--nvlink/--no-nvlink", rich_help_panel=CONSTRAINTS, help="Only GPUs with (or without) NVLink.")] = None,
+    sort: Annotated[str | None, typer.Option(metavar="FIELD", rich_help_panel=OUTPUT, help="Sort by a numeric field, e.g. fp64_tflops, bandwidth_gb_s.")] = None,
+    ascending: Annotated[bool, typer.Option("--ascending", rich_help_panel=OUTPUT, help="Sort smallest first.")] = False,
     show_provenance: Annotated[bool, typer.Option(
-        "--show-provenance", help="Mark derived values (*) and unknown Tensor Core rates (?); JSON always has 'derived'.",
+        "--show-provenance", rich_help_panel=OUTPUT, help="Mark derived values (*) and unknown Tensor Core rates (?); JSON always has 'derived'.",
     )] = False,
     catalog: CatalogOpt = None,
     json_out: JsonOpt = False,
@@ -51,11 +71,14 @@ def catalog_list(
     _show(ctx, result, json_out, table)
 
 
-@catalog_app.command("show")
+@catalog_app.command("show", epilog=examples(
+    "gpusizer catalog show v100",
+    "gpusizer catalog show 'RTX 3090' --json",
+))
 @guarded
 def catalog_show(
     ctx: typer.Context,
-    gpu: Annotated[str, typer.Argument(help="GPU id, alias or name, e.g. v100, 'RTX 3090'.")],
+    gpu: Annotated[str, typer.Argument(metavar="GPU", autocompletion=complete_gpu, help="GPU id, alias or name, e.g. v100, 'RTX 3090'.")],
     catalog: CatalogOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -72,17 +95,22 @@ def catalog_show(
     _show(ctx, result, json_out, table)
 
 
-@app.command("compare")
+@compare_app.command("compare", epilog=examples(
+    "gpusizer compare h100 a100",
+    "gpusizer compare 'RTX 4090' 'RTX 3090' a100",
+))
 @guarded
 def compare_cmd(
     ctx: typer.Context,
-    gpus: Annotated[list[str], typer.Argument(help="Two or more GPU names; ratios are against the first.")],
+    gpus: Annotated[list[str], typer.Argument(metavar="GPU...", autocompletion=complete_gpu, help="Two or more GPU names; ratios are against the first.")],
     workload: Annotated[str | None, typer.Option(
-        "--workload", help="Add each GPU's modelled speed for this workload (its reference model and settings, "
-                           "as recommend's speed column), e.g. cnn, llm-train.")] = None,
+        "--workload", metavar="WORKLOAD", rich_help_panel=MODEL,
+        help="Add each GPU's modelled speed for this workload (its reference model and settings, "
+             "as recommend's speed column), e.g. cnn, llm-train.")] = None,
     model: Annotated[str | None, typer.Option(
-        "--model", help="Add each GPU's modelled speed for this zoo model (trained, as estimate does by default; "
-                        "with --workload, run as the workload runs it).")] = None,
+        "--model", metavar="MODEL", rich_help_panel=MODEL, autocompletion=complete_model,
+        help="Add each GPU's modelled speed for this zoo model (trained, as estimate does by default; "
+             "with --workload, run as the workload runs it).")] = None,
     catalog: CatalogOpt = None,
     json_out: JsonOpt = False,
 ) -> None:

@@ -16,6 +16,9 @@ if TYPE_CHECKING:
 
 from gpusizer.choices import Phase
 from gpusizer.cli.options import (
+    CONSTRAINTS,
+    HARDWARE,
+    RUN,
     AttentionOpt,
     CatalogOpt,
     CheckpointOpt,
@@ -27,76 +30,86 @@ from gpusizer.cli.options import (
     ImageOpt,
     InterconnectOpt,
     JsonOpt,
-    KvCacheOpt,
     LogitsOpt,
     LoraOpt,
     LoraTargetsOpt,
     LossOpt,
     ModelOpt,
     NodesOpt,
-    OffloadOpt,
-    OffloadToOpt,
     OptimizerOptT,
     ParamsOpt,
     QloraOpt,
     ReportOpt,
     SeqOpt,
-    StrategyOptT,
     SystemOpt,
     TrainOpt,
-    WeightsOpt,
     _cache_dir,
     _console,
     _load_catalog,
     _warn,
     adapter_settings,
     check_report,
-    precision_help,
+    complete_gpu,
+    examples,
     report_note,
     write_report,
 )
-from gpusizer.cli.root import app, guarded
+from gpusizer.cli.root import command_app, guarded
+from gpusizer.cli.run_options import (
+    KvCacheOpt,
+    OffloadOpt,
+    OffloadToOpt,
+    StrategyOptT,
+    WeightsOpt,
+    precision_help,
+)
 from gpusizer.domain.precision import (
     ALL_PRECISIONS,
     PrecisionName,
 )
 from gpusizer.errors import ExitCode, NothingFitsError
 
+estimate_app = command_app()
+
 GpuOpt = Annotated[str | None, typer.Option(
-    "--gpu", help="GPU name or id, e.g. 'A100 80GB SXM4', 'RTX 2080 Ti', v100 (or give --system).")]
-EstGpusOpt = Annotated[int | None, typer.Option("--gpus", min=1, help="GPUs per node. Default 1, or the system's count.")]
+    "--gpu", metavar="GPU", rich_help_panel=HARDWARE, autocompletion=complete_gpu, help="GPU name or id, e.g. 'A100 80GB SXM4', 'RTX 2080 Ti', v100 (or give --system).")]
+EstGpusOpt = Annotated[int | None, typer.Option("--gpus", min=1, metavar="N", rich_help_panel=HARDWARE, help="GPUs per node. Default 1, or the system's count.")]
 NicsOpt = Annotated[int | None, typer.Option(
-    "--nics-per-node", min=1, help="Network ports per node used by NCCL. Default: the system's, one per GPU for SXM "
+    "--nics-per-node", min=1, metavar="N", rich_help_panel=HARDWARE, help="Network ports per node used by NCCL. Default: the system's, one per GPU for SXM "
                                    "nodes (as DGX), else 1.")]
-EstPrecisionOptT = Annotated[PrecisionName | None, typer.Option("--precision", help=precision_help(
+EstPrecisionOptT = Annotated[PrecisionName | None, typer.Option("--precision", metavar="PRECISION", rich_help_panel=RUN, help=precision_help(
     ALL_PRECISIONS, "Math precision; the memory model counts its storage precision. "))]
-NoTf32Opt = Annotated[bool, typer.Option("--no-tf32", help="Keep fp32 on FP32 CUDA cores on Ampere and newer.")]
+NoTf32Opt = Annotated[bool, typer.Option("--no-tf32", rich_help_panel=RUN, help="Keep fp32 on FP32 CUDA cores on Ampere and newer.")]
 EstBatchOpt = Annotated[int | None, typer.Option(
-    "--batch", min=1, help="Batch per GPU (per model replica with tp); for decode, concurrent sequences. "
+    "--batch", min=1, metavar="N", rich_help_panel=RUN, help="Batch per GPU (per model replica with tp); for decode, concurrent sequences. "
                            "Default: the largest that fits, capped (shown).")]
 PhaseOptT = Annotated[Phase | None, typer.Option(
-    "--phase", help="Decoder inference: decode (tokens generated; --seq-len is the context) or prefill "
+    "--phase", metavar="PHASE", rich_help_panel=RUN, help="Decoder inference: decode (tokens generated; --seq-len is the context) or prefill "
                     "(prompt processing). Default decode.")]
 CudaGraphsOpt = Annotated[bool, typer.Option(
-    "--cuda-graphs/--no-cuda-graphs",
+    "--cuda-graphs/--no-cuda-graphs", rich_help_panel=RUN,
     help="Decode: each step's kernels replay as one CUDA graph (TensorRT-LLM, vLLM, SGLang; llama.cpp at "
          "batch 1 since May 2024), or --no-cuda-graphs: launched one by one from the host (Hugging Face "
          "transformers, ExLlama, older llama.cpp, llama.cpp at batch > 1). Sets the per-layer overhead.")]
-EpochsOpt = Annotated[float | None, typer.Option("--epochs", min=0, help="Epochs to train (with --dataset-size).")]
-DatasetOpt = Annotated[str | None, typer.Option("--dataset-size", help="Samples per epoch, e.g. 1.28M (with --epochs).")]
-TokensOpt = Annotated[str | None, typer.Option("--tokens", help="Tokens to train on, e.g. 300B.")]
+EpochsOpt = Annotated[float | None, typer.Option("--epochs", min=0, metavar="N", rich_help_panel=RUN, help="Epochs to train (with --dataset-size).")]
+DatasetOpt = Annotated[str | None, typer.Option("--dataset-size", metavar="COUNT", rich_help_panel=RUN, help="Samples per epoch, e.g. 1.28M (with --epochs).")]
+TokensOpt = Annotated[str | None, typer.Option("--tokens", metavar="COUNT", rich_help_panel=RUN, help="Tokens to train on, e.g. 300B.")]
 PromptOpt = Annotated[int | None, typer.Option(
-    "--prompt", min=1, max=1 << 24, metavar="TOKENS",
+    "--prompt", min=1, max=1 << 24, metavar="TOKENS", rich_help_panel=RUN,
     help="Serving: prompt tokens for the time to first token. Default: the whole --seq-len context.")]
 MaxItlOpt = Annotated[float | None, typer.Option(
-    "--max-itl-ms", min=0.001, max=1e6, metavar="MS",
+    "--max-itl-ms", min=0.001, max=1e6, metavar="MS", rich_help_panel=CONSTRAINTS,
     help="Serving: the largest concurrency (batch) whose inter-token latency stays within this many ms.")]
 PriceOpt = Annotated[float | None, typer.Option(
-    "--price-per-hour", min=0, help="Price per GPU-hour in USD; cost is unknown without it (catalog prices are "
+    "--price-per-hour", min=0, metavar="USD", rich_help_panel=CONSTRAINTS, help="Price per GPU-hour in USD; cost is unknown without it (catalog prices are "
                                     "purchase prices).")]
 
 
-@app.command("estimate")
+@estimate_app.command("estimate", epilog=examples(
+    "gpusizer estimate --model resnet50 --gpu a100",
+    "gpusizer estimate --model llama-2-7b --gpu h100 --inference --batch 8",
+    "gpusizer estimate --model llama-2-7b --system dgx-h100 --strategy fsdp --tokens 100B",
+))
 @guarded
 def estimate_cmd(
     ctx: typer.Context,

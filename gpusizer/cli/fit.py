@@ -13,6 +13,9 @@ if TYPE_CHECKING:
     from gpusizer.api import FitModelResult
 
 from gpusizer.cli.options import (
+    HARDWARE,
+    MODEL,
+    RUN,
     AttentionOpt,
     BatchOpt,
     CatalogOpt,
@@ -27,27 +30,22 @@ from gpusizer.cli.options import (
     ImageOpt,
     InputShapeOpt,
     JsonOpt,
-    KvCacheOpt,
     LogitsOpt,
     LoraOpt,
     LoraTargetsOpt,
     LossOpt,
     ModelOpt,
-    OffloadOpt,
-    OffloadToOpt,
     OptimizerImplOpt,
     OptimizerOptT,
     ParamsOpt,
     QloraOpt,
     ReportOpt,
     SeqOpt,
-    StrategyOptT,
     SystemOpt,
     TopOpt,
     TorchModelOpt,
     TrainOpt,
     TrustRemoteCodeOpt,
-    WeightsOpt,
     _cache_dir,
     _console,
     _load_catalog,
@@ -56,26 +54,41 @@ from gpusizer.cli.options import (
     _warn,
     adapter_settings,
     check_report,
-    precision_help,
+    complete_gpu,
+    examples,
     report_note,
     write_report,
 )
-from gpusizer.cli.root import app, guarded
+from gpusizer.cli.root import command_app, guarded
+from gpusizer.cli.run_options import (
+    KvCacheOpt,
+    OffloadOpt,
+    OffloadToOpt,
+    StrategyOptT,
+    WeightsOpt,
+    precision_help,
+)
 from gpusizer.domain.precision import (
     STORAGE_PRECISIONS,
     StoragePrecision,
 )
 from gpusizer.errors import ExitCode, UsageError
 
+fit_app = command_app()
+
 # --------------------------------------------------------------------------
 # fit-model
 
 
-FitPrecisionOpt = Annotated[StoragePrecision | None, typer.Option(help=precision_help(
+FitPrecisionOpt = Annotated[StoragePrecision | None, typer.Option(metavar="PRECISION", rich_help_panel=RUN, help=precision_help(
     STORAGE_PRECISIONS, "How weights, gradients and optimizer state are stored: "))]
 
 
-@app.command("fit-model")
+@fit_app.command("fit-model", epilog=examples(
+    "gpusizer fit-model --params 60M --gpu h100",
+    "gpusizer fit-model --model llama-2-7b --inference --gpu rtx-4090 --gpu a100",
+    "gpusizer fit-model --model llama-2-70b --gpu rtx-4090   # exit 4: it does not fit",
+))
 @guarded
 def fit_model_cmd(
     ctx: typer.Context,
@@ -90,7 +103,7 @@ def fit_model_cmd(
     batch: BatchOpt = None,
     seq_len: SeqOpt = None,
     image_size: ImageOpt = None,
-    target_len: Annotated[int | None, typer.Option("--target-len", min=1, help="Encoder-decoder models: decoder length (default --seq-len).")] = None,
+    target_len: Annotated[int | None, typer.Option("--target-len", min=1, metavar="TOKENS", rich_help_panel=RUN, help="Encoder-decoder models: decoder length (default --seq-len).")] = None,
     train: TrainOpt = True,
     precision: FitPrecisionOpt = None,
     optimizer: OptimizerOptT = "adamw",
@@ -111,16 +124,16 @@ def fit_model_cmd(
     head: HeadOptT = "lm",
     grad_accumulation: GradAccumOpt = 1,
     gpus: Annotated[int | None, typer.Option(
-        min=1, help="GPUs the run is spread over. Default 1, or the --system's count.")] = None,
+        min=1, metavar="N", rich_help_panel=HARDWARE, help="GPUs the run is spread over. Default 1, or the --system's count.")] = None,
     system: SystemOpt = None,
     strategy: StrategyOptT = "ddp",
-    gpu: Annotated[list[str] | None, typer.Option("--gpu", help="Check these GPUs (repeatable). Default: the whole catalog.")] = None,
-    local: Annotated[bool, typer.Option("--local", help="Check this machine's GPUs and their free memory (NVML).")] = False,
-    memory: Annotated[list[str] | None, typer.Option("--memory", help=(
+    gpu: Annotated[list[str] | None, typer.Option("--gpu", metavar="GPU", rich_help_panel=HARDWARE, autocompletion=complete_gpu, help="Check these GPUs (repeatable). Default: the whole catalog.")] = None,
+    local: Annotated[bool, typer.Option("--local", rich_help_panel=HARDWARE, help="Check this machine's GPUs and their free memory (NVML).")] = False,
+    memory: Annotated[list[str] | None, typer.Option("--memory", metavar="SIZE", rich_help_panel=HARDWARE, help=(
         "Check a card known only by its memory, e.g. 6GB or 24GiB (GB = 10^9 bytes, GiB = 2^30; repeatable). "
         "Without --gpu or --local, only these are checked."))] = None,
-    overhead: Annotated[str | None, typer.Option(help="Fixed per-GPU overhead (CUDA context), e.g. 800MiB. Default 500 MiB.")] = None,
-    method: Annotated[Literal["physics", "rule-of-thumb", "exact"], typer.Option(help="physics (default), rule-of-thumb: (MB - 400) / 2 x 1024^2 / 4 params, or exact (as --exact).")] = "physics",
+    overhead: Annotated[str | None, typer.Option(metavar="SIZE", rich_help_panel=HARDWARE, help="Fixed per-GPU overhead (CUDA context), e.g. 800MiB. Default 500 MiB.")] = None,
+    method: Annotated[Literal["physics", "rule-of-thumb", "exact"], typer.Option(metavar="METHOD", rich_help_panel=MODEL, help="physics (default), rule-of-thumb: (MB - 400) / 2 x 1024^2 / 4 params, or exact (as --exact).")] = "physics",
     top: TopOpt = None,
     report: ReportOpt = None,
     catalog: CatalogOpt = None,

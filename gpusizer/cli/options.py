@@ -1,4 +1,15 @@
-"""Options and helpers the commands share, each declared once."""
+"""Options and helpers the commands share, each declared once.
+
+This module is light: it imports typer and nothing of the engine, so building
+a command's options costs only typer's own work. Options whose choices are
+domain concepts (precisions, strategies, offload targets, KV-cache and weight
+formats) live in :mod:`gpusizer.cli.run_options`, next to the domain tables
+they name, and only the commands that run the engine import them.
+
+Every option sits in one of the help panels in :data:`PANELS` and names its
+value with a human metavar (``N``, ``GPU``, ``FILE``, ``SIZE``...), never a
+Python type.
+"""
 
 from __future__ import annotations
 
@@ -9,24 +20,90 @@ from typing import Annotated, Any
 
 import typer
 
-from gpusizer.choices import Attention, Head, Logits, LossKind, Optimizer, OptimizerImpl
-from gpusizer.domain.parallelism import Offload, OffloadTarget, Strategy
-from gpusizer.domain.precision import KvCache, WeightFormatName
+from gpusizer.choices import OPTIMIZERS, Attention, Head, Logits, LossKind, Optimizer, OptimizerImpl
 from gpusizer.errors import OutputError, UsageError
+
+# --------------------------------------------------------------------------
+# help panels: every option of every command sits in one of these, in this order
+
+#: what is being sized: the model and where its shape comes from
+MODEL = "Model"
+#: how it runs: training or inference, batch, precision, parallelism, memory savers
+RUN = "Run"
+#: where it runs: GPUs, systems, nodes, the interconnect, extra catalog files
+HARDWARE = "Hardware"
+#: what an answer must satisfy: filters, requirements, budgets, deadlines
+CONSTRAINTS = "Constraints"
+#: how the answer is shown
+OUTPUT = "Output"
+PANELS: tuple[str, ...] = (MODEL, RUN, HARDWARE, CONSTRAINTS, OUTPUT)
+
+
+# --------------------------------------------------------------------------
+# examples: every command's help ends with two or three that run as written
+# (tests/test_help.py runs each one and checks its exit code)
+
+
+def examples(*lines: str) -> str:
+    """A help epilog of example command lines. A line that is meant to fail ends with
+    ``# exit N: why`` (or ``# exit N without ...`` where it depends on the machine)."""
+    return "Examples:\n\n" + "\n".join(f"  $ {line}" for line in lines)
+
+
+# --------------------------------------------------------------------------
+# shell completion: cheap, from the data files' raw YAML (no pydantic, no engine)
+
+
+def _data_ids(filename: str, key: str, extra: list[str]) -> list[tuple[str, str]]:
+    """(id, name) of every entry in a bundled data file and the extra files, read through
+    the same cached YAML reader the loaders use; [] when a file cannot be read."""
+    from gpusizer import datafiles
+
+    out: list[tuple[str, str]] = []
+    for path in [str(datafiles.bundled_path(filename)), *extra]:
+        try:
+            doc = datafiles.load_yaml(Path(path), _cache_dir())
+        except Exception:  # (completion never fails loudly: a bad file just completes nothing)
+            continue
+        entries = doc.get(key) if isinstance(doc, dict) else None
+        for entry in entries if isinstance(entries, list) else ():
+            if isinstance(entry, dict) and isinstance(entry.get("id"), str):
+                out.append((entry["id"], str(entry.get("name") or "")))
+    return out
+
+
+def complete_gpu(incomplete: str) -> list[tuple[str, str]]:
+    """Catalog GPU ids (bundled and GPUSIZER_CATALOG files) that start with what was typed."""
+    return [(i, n) for i, n in _data_ids("gpus.yaml", "gpus", _catalog_files(None)) if i.startswith(incomplete.lower())]
+
+
+def complete_model(incomplete: str) -> list[tuple[str, str]]:
+    """Model-zoo names that start with what was typed."""
+    return [(i, n) for i, n in _data_ids("models.yaml", "models", []) if i.startswith(incomplete.lower())]
+
+
+def complete_system(incomplete: str) -> list[tuple[str, str]]:
+    """System ids (gpusizer systems list) that start with what was typed."""
+    return [(i, n) for i, n in _data_ids("systems.yaml", "systems", []) if i.startswith(incomplete.lower())]
+
 
 # --------------------------------------------------------------------------
 # shared options
 
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document (docs/json.md).")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document (docs/json.md).",
+                                       rich_help_panel=OUTPUT)]
 ExplainOpt = Annotated[bool, typer.Option(
-    "--explain", "-v", help="Show the whole reasoning: every header line, each rule's points in words, every "
-                            "caution and every excluded GPU with its reason.")]
+    "--explain", "-v", rich_help_panel=OUTPUT,
+    help="Show the whole reasoning: every header line, each rule's points in words, every caution and every "
+         "excluded GPU with its reason.")]
 CatalogOpt = Annotated[
     list[Path] | None,
     typer.Option(
         "--catalog",
         help="Extra catalog YAML file; repeatable. Adds GPUs or overrides fields by id. "
         "GPUSIZER_CATALOG holds more, separated by the path separator.",
+        metavar="FILE",
+        rich_help_panel=HARDWARE,
         readable=False,  # (the loader says why a file cannot be read: exit 3, like any data-file problem)
     ),
 ]
@@ -91,10 +168,10 @@ def _show(ctx: typer.Context, result: Any, json_out: bool, render: Callable[[int
 
 
 ReportOpt = Annotated[Path | None, typer.Option(
-    "--report", metavar="FILE", help=(
+    "--report", metavar="FILE", rich_help_panel=OUTPUT, help=(
         "Also write a report: FILE.html (one self-contained page: plots, tables, inputs, version), FILE.svg (the "
         "plots) or FILE.md (tables, plots in sibling FILE-*.svg files). Another suffix exits 2; without "
-        "gpusizer[report] it exits 6, under --json with the JSON error document (docs/usage.md, Reports)."))]
+        "the 'report' extra it exits 6, under --json with the JSON error document (docs/usage.md, Reports)."))]
 
 
 def check_report(path: Path | None) -> None:
@@ -136,63 +213,61 @@ def report_note(ctx: typer.Context) -> None:
                     + (f" (plots in {', '.join(written[:-1])})" if len(written) > 1 else "")])
 
 
-ParamsOpt = Annotated[str | None, typer.Option("--params", help="Parameter count: 60M, 1.3B, 7e9, 175B or 60000000.")]
-ModelOpt = Annotated[str | None, typer.Option("--model", help="A model from the zoo (gpusizer models), e.g. resnet50, llama-2-7b.")]
-HfConfigOpt = Annotated[Path | None, typer.Option("--hf-config", readable=False,
-                                                  help="A local Hugging Face config.json (no network).")]
-HfModelOpt = Annotated[str | None, typer.Option("--hf-model", metavar="ORG/NAME", help=(
+ParamsOpt = Annotated[str | None, typer.Option(
+    "--params", metavar="COUNT", rich_help_panel=MODEL, help="Parameter count: 60M, 1.3B, 7e9, 175B or 60000000.")]
+ModelOpt = Annotated[str | None, typer.Option(
+    "--model", metavar="MODEL", rich_help_panel=MODEL, autocompletion=complete_model,
+    help="A model from the zoo (gpusizer models), e.g. resnet50, llama-2-7b.")]
+HfConfigOpt = Annotated[Path | None, typer.Option(
+    "--hf-config", metavar="FILE", rich_help_panel=MODEL, readable=False,
+    help="A local Hugging Face config.json (no network).")]
+HfModelOpt = Annotated[str | None, typer.Option("--hf-model", metavar="ORG/NAME", rich_help_panel=MODEL, help=(
     "A Hugging Face Hub model: its config.json from the local cache, or downloaded (HF_TOKEN, "
-    "HF_HUB_OFFLINE and HF_ENDPOINT apply; needs gpusizer[hub])."))]
-TorchModelOpt = Annotated[str | None, typer.Option("--torch-model", metavar="MODULE:CALLABLE", help=(
+    "HF_HUB_OFFLINE and HF_ENDPOINT apply; needs the 'hub' extra)."))]
+TorchModelOpt = Annotated[str | None, typer.Option("--torch-model", metavar="MODULE:CALLABLE", rich_help_panel=MODEL, help=(
     "Exact mode: a callable that returns a torch.nn.Module, e.g. torchvision.models:resnet101 "
     "(input: --image-size, or --input-shape)."))]
-InputShapeOpt = Annotated[str | None, typer.Option("--input-shape", metavar="C,H,W", help=(
+InputShapeOpt = Annotated[str | None, typer.Option("--input-shape", metavar="C,H,W", rich_help_panel=MODEL, help=(
     "Exact mode with --torch-model: one sample's input shape without the batch, e.g. 3,224,224."))]
-ExactOpt = Annotated[bool, typer.Option("--exact", help=(
+ExactOpt = Annotated[bool, typer.Option("--exact", rich_help_panel=MODEL, help=(
     "Build the real model and count the live tensors of a real step under PyTorch's fake tensors "
-    "(needs gpusizer[torch]; docs/method.md, 'Exact mode')."))]
-TrustRemoteCodeOpt = Annotated[bool, typer.Option("--trust-remote-code", help=(
+    "(needs the 'torch' extra; docs/method.md, 'Exact mode')."))]
+TrustRemoteCodeOpt = Annotated[bool, typer.Option("--trust-remote-code", rich_help_panel=MODEL, help=(
     "Exact mode: run the model repository's own Python code (auto_map). Only for code you trust."))]
-BatchOpt = Annotated[int | None, typer.Option("--batch", min=1, help="Batch per GPU (per model replica with tp). Default 1.")]
-SeqOpt = Annotated[int | None, typer.Option("--seq-len", min=1, help="Sequence length in tokens (transformers, RNNs).")]
+BatchOpt = Annotated[int | None, typer.Option(
+    "--batch", min=1, metavar="N", rich_help_panel=RUN, help="Batch per GPU (per model replica with tp). Default 1.")]
+SeqOpt = Annotated[int | None, typer.Option(
+    "--seq-len", min=1, metavar="TOKENS", rich_help_panel=RUN, help="Sequence length in tokens (transformers, RNNs).")]
 AttentionOpt = Annotated[Attention, typer.Option(
-    "--attention", help="fused (default: PyTorch SDPA, FlashAttention, every serving engine): no s x s score matrix "
-                        "is kept and causal models compute half of it; eager: the score matrix is materialised.")]
+    "--attention", metavar="KERNEL", rich_help_panel=RUN,
+    help="fused (default: PyTorch SDPA, FlashAttention, every serving engine): no s x s score matrix "
+         "is kept and causal models compute half of it; eager: the score matrix is materialised.")]
 #: the option before fused attention became the default; kept so old command lines still run
 FlashOpt = Annotated[bool, typer.Option("--flash-attention", hidden=True, help="Same as --attention fused.")]
 LogitsOpt = Annotated[Logits, typer.Option(
-    "--logits", help="Inference: last = logits of the last position only, as generate() and serving engines compute "
-                     "(default); all = every position, as a plain forward pass for scoring or evaluation.")]
-KvCacheOpt = Annotated[KvCache, typer.Option(
-    "--kv-cache", help="KV-cache format during inference: auto (the activations' precision, default), fp16, bf16, "
-                       "fp8, int8 or int4.")]
+    "--logits", metavar="WHICH", rich_help_panel=RUN,
+    help="Inference: last = logits of the last position only, as generate() and serving engines compute "
+         "(default); all = every position, as a plain forward pass for scoring or evaluation.")]
 LoraOpt = Annotated[int | None, typer.Option(
-    "--lora", min=1, max=65_536, metavar="RANK",
+    "--lora", min=1, max=65_536, metavar="RANK", rich_help_panel=RUN,
     help="Fine-tune LoRA adapters of this rank on a frozen 16-bit base (fp32 adapters and optimizer state, "
          "16-bit autocast: peft with Trainer(bf16=True)).")]
 QloraOpt = Annotated[bool, typer.Option(
-    "--qlora", help="QLoRA: the frozen base's linear layers in 4-bit NF4 with blockwise absmax (double quantised "
-                    "unless --no-double-quant); adapters as --lora (rank 16 unless given).")]
+    "--qlora", rich_help_panel=RUN,
+    help="QLoRA: the frozen base's linear layers in 4-bit NF4 with blockwise absmax (double quantised "
+         "unless --no-double-quant); adapters as --lora (rank 16 unless given).")]
 LoraTargetsOpt = Annotated[str, typer.Option(
-    "--lora-targets", help="Which linear layers get adapters: all-linear (default, every linear but the output "
-                           "head, as peft's 'all-linear'), attention, mlp, or names among q,k,v,o,gate,up,down.")]
-WeightsOpt = Annotated[WeightFormatName | None, typer.Option(
-    "--weights", help="Inference: serve a published weight format instead of the precision's storage: "
-                      "gptq-int4-g128, awq-int4-g128, mxfp4, fp8, gguf-q4_k_m, gguf-q5_k_m, gguf-q6_k, gguf-q8_0 "
-                      "(bits per weight with their scales; docs/method.md).")]
+    "--lora-targets", metavar="LAYERS", rich_help_panel=RUN,
+    help="Which linear layers get adapters: all-linear (default, every linear but the output "
+         "head, as peft's 'all-linear'), attention, mlp, or names among q,k,v,o,gate,up,down.")]
 LossOpt = Annotated[LossKind, typer.Option(
-    "--loss", help="Training loss: full (PyTorch cross-entropy: full fp32 logits, default), chunked (torchtune's "
-                   "CEWithChunkedOutputLoss: 16-bit logits, fp32 one chunk in 8 at a time) or fused (Liger-Kernel's "
-                   "fused linear cross-entropy: logits in chunks, never all at once).")]
-OffloadOpt = Annotated[Offload, typer.Option(
-    "--offload", help="Keep state in host memory instead of on the GPU: optimizer (ZeRO-Offload: optimizer state, "
-                      "AMP's fp32 master weights and gradients; the step runs on the CPU), params (weights stream in "
-                      "layer by layer), all (both, gradients too), or none (default).")]
-OffloadToOpt = Annotated[OffloadTarget, typer.Option(
-    "--offload-to", help="Where offloaded state lives: cpu (host RAM, default) or nvme (ZeRO-Infinity).")]
+    "--loss", metavar="LOSS", rich_help_panel=RUN,
+    help="Training loss: full (PyTorch cross-entropy: full fp32 logits, default), chunked (torchtune's "
+         "CEWithChunkedOutputLoss: 16-bit logits, fp32 one chunk in 8 at a time) or fused (Liger-Kernel's "
+         "fused linear cross-entropy: logits in chunks, never all at once).")]
 DoubleQuantOpt = Annotated[bool, typer.Option(
-    "--double-quant/--no-double-quant", help="QLoRA: quantise the absmax constants too (0.127 against 0.5 bits per "
-                                             "weight).")]
+    "--double-quant/--no-double-quant", rich_help_panel=RUN,
+    help="QLoRA: quantise the absmax constants too (0.127 against 0.5 bits per weight).")]
 
 
 def adapter_settings(lora: int | None, qlora: bool, targets: str, double_quant: bool) -> dict[str, object] | None:
@@ -202,46 +277,41 @@ def adapter_settings(lora: int | None, qlora: bool, targets: str, double_quant: 
     names = tuple(t.strip() for t in targets.split(",") if t.strip())
     return {"rank": lora or 16, "targets": names, "base_quantisation": "nf4" if qlora else None,
             "double_quant": double_quant}
-ImageOpt = Annotated[int | None, typer.Option("--image-size", min=8, help="Image side in pixels (CNNs).")]
-TrainOpt = Annotated[bool, typer.Option("--train/--inference", help="Training step (default) or inference.")]
-OptimizerOptT = Annotated[Optimizer, typer.Option(help="Optimizer (training).")]
-OptimizerImplOpt = Annotated[OptimizerImpl, typer.Option("--optimizer-impl", help=(
+
+
+ImageOpt = Annotated[int | None, typer.Option(
+    "--image-size", min=8, metavar="PIXELS", rich_help_panel=RUN, help="Image side in pixels (CNNs).")]
+TrainOpt = Annotated[bool, typer.Option(
+    "--train/--inference", rich_help_panel=RUN, help="Training step (default) or inference.")]
+OptimizerOptT = Annotated[Optimizer, typer.Option(
+    metavar="OPTIMIZER", rich_help_panel=RUN, help=f"Optimizer (training): {', '.join(OPTIMIZERS)}.")]
+OptimizerImplOpt = Annotated[OptimizerImpl, typer.Option("--optimizer-impl", metavar="IMPL", rich_help_panel=RUN, help=(
     "How the optimizer steps: fused (one kernel: transformers' Trainer on PyTorch >= 2.8, torchtune, DeepSpeed; "
     "default), foreach (torch.optim's multi-tensor default: Adam holds a temporary as large as its state) "
     "or per-tensor (a loop over parameters)."))]
-StrategyOptT = Annotated[Strategy, typer.Option(
-    help="ddp replicates; zero1/2/3 and fsdp shard over every GPU; tp splits each layer over a node's GPUs.")]
 HeadOptT = Annotated[Head, typer.Option(
+    metavar="HEAD", rich_help_panel=MODEL,
     help="Transformer output: lm = vocabulary logits for every token; classifier = a few classes.")]
-CheckpointOpt = Annotated[bool, typer.Option("--checkpointing", help="Activation recomputation.")]
+CheckpointOpt = Annotated[bool, typer.Option("--checkpointing", rich_help_panel=RUN, help="Activation recomputation.")]
 GradAccumOpt = Annotated[int, typer.Option(
-    min=1, help="Micro-batches per optimizer step; more than 1 keeps gradients alive through backward.")]
-GpusPerNodeOpt = Annotated[int, typer.Option("--gpus", min=1, help="GPUs per node.")]
+    min=1, metavar="N", rich_help_panel=RUN,
+    help="Micro-batches per optimizer step; more than 1 keeps gradients alive through backward.")]
+GpusPerNodeOpt = Annotated[int, typer.Option("--gpus", min=1, metavar="N", rich_help_panel=HARDWARE,
+                                             help="GPUs per node.")]
 SystemOpt = Annotated[str | None, typer.Option(
-    "--system", metavar="SYSTEM",
+    "--system", metavar="SYSTEM", rich_help_panel=HARDWARE, autocompletion=complete_system,
     help="A node type from 'gpusizer systems list' (dgx-h100, aws-p5.48xlarge, ...): sets the GPU, GPUs per node, "
          "fabric, NICs and, for a cloud instance, the price per GPU-hour. Replaces --gpu.")]
-NodesOpt = Annotated[int, typer.Option("--nodes", min=1, help="Nodes (machines).")]
+NodesOpt = Annotated[int, typer.Option("--nodes", min=1, metavar="N", rich_help_panel=HARDWARE,
+                                       help="Nodes (machines).")]
 InterconnectOpt = Annotated[str | None, typer.Option(
-    "--interconnect",
+    "--interconnect", metavar="LINK", rich_help_panel=HARDWARE,
     help="Inside a node: nvlink, nvswitch, pcie or a generation (nvlink3, pcie4). Between nodes: ib-edr, ib-hdr, "
          "ib-ndr, roce-100g, roce-400g, tcp-10g, tcp-25g, tcp-100g. Default: the system's; an SXM GPU's DGX "
          "(DGX H100: NVSwitch, 8 x ib-ndr); a PCIe card over PCIe with 1 x ib-hdr. GeForce cards fall back to TCP "
          "with host staging across nodes.")]
-TopOpt = Annotated[int | None, typer.Option("--top", min=1, help="Show at most this many GPUs.")]
-
-
-def precision_help(names: tuple[str, ...], lead: str = "") -> str:
-    """Help for a --precision option, from the precision table's own descriptions."""
-    from gpusizer.domain.precision import DEFAULT_PRECISION, precision_spec
-
-    listed = "; ".join(f"{n} = {precision_spec(n).description}" for n in names)
-    return (f"{lead}{listed}. Default: {DEFAULT_PRECISION['train']} for training, "
-            f"{DEFAULT_PRECISION['inference']} for inference.")
-
-
-
-
+TopOpt = Annotated[int | None, typer.Option("--top", min=1, metavar="N", rich_help_panel=OUTPUT,
+                                            help="Show at most this many GPUs.")]
 
 
 def _parse_overhead(text: str | None) -> int | None:

@@ -8,20 +8,28 @@ from typing import Annotated
 import typer
 
 from gpusizer.cli.options import (
+    OUTPUT,
     CatalogOpt,
     JsonOpt,
     _cache_dir,
     _catalog_files,
     _console,
     _show,
+    examples,
 )
-from gpusizer.cli.root import app, guarded
+from gpusizer.cli.root import command_app, guarded
+
+models_app = command_app()
+probe_app = command_app()
 
 # --------------------------------------------------------------------------
 # models and probe
 
 
-@app.command("models")
+@models_app.command("models", epilog=examples(
+    "gpusizer models",
+    "gpusizer models --json",
+))
 @guarded
 def models_cmd(ctx: typer.Context, json_out: JsonOpt = False) -> None:
     """List the model zoo."""
@@ -37,11 +45,14 @@ def models_cmd(ctx: typer.Context, json_out: JsonOpt = False) -> None:
     _show(ctx, result, json_out, table)
 
 
-@app.command("probe")
+@probe_app.command("probe", epilog=examples(
+    "gpusizer probe   # exit 5 without an NVIDIA driver",
+    "gpusizer probe --json   # exit 5 without an NVIDIA driver",
+))
 @guarded
 def probe_cmd(
     ctx: typer.Context,
-    emit_catalog: Annotated[bool, typer.Option("--emit-catalog", help="Print a starter catalog YAML entry for each GPU.")] = False,
+    emit_catalog: Annotated[bool, typer.Option("--emit-catalog", rich_help_panel=OUTPUT, help="Print a starter catalog YAML entry for each GPU.")] = False,
     catalog: CatalogOpt = None,
     json_out: JsonOpt = False,
 ) -> None:

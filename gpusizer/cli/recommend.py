@@ -16,6 +16,11 @@ if TYPE_CHECKING:
 from gpusizer.choices import Sort
 from gpusizer.cli import options as cli
 from gpusizer.cli.options import (
+    CONSTRAINTS,
+    HARDWARE,
+    MODEL,
+    OUTPUT,
+    RUN,
     AttentionOpt,
     BatchOpt,
     CatalogOpt,
@@ -29,10 +34,17 @@ from gpusizer.cli.options import (
     OptimizerOptT,
     ParamsOpt,
     SeqOpt,
+    complete_gpu,
+    examples,
+)
+from gpusizer.cli.root import command_app, guarded
+from gpusizer.cli.run_options import (
+    OffloadOpt,
+    OffloadToOpt,
     StrategyOptT,
+    WeightsOpt,
     precision_help,
 )
-from gpusizer.cli.root import app, guarded
 from gpusizer.domain.precision import RULE_PRECISIONS, PrecisionName
 from gpusizer.errors import ExitCode
 
@@ -44,6 +56,8 @@ WORKLOAD_HELP = (
     "llm-inference: serving LLMs, token generation is bandwidth-bound. inference: serving CNNs and other nets "
     "at FP16/INT8, throughput per watt. hpc: scientific codes in FP64, with ECC. A --rules file can add more."
 )
+
+recommend_app = command_app()
 
 
 
@@ -58,49 +72,53 @@ def _split(values: list[str] | None) -> tuple[str, ...]:
     return tuple(dict.fromkeys(out))
 
 
-WorkloadOpt = Annotated[str, typer.Option("--workload", "-w", help=WORKLOAD_HELP)]
-RecPrecisionOptT = Annotated[PrecisionName | None, typer.Option(help=precision_help(
+WorkloadOpt = Annotated[str, typer.Option("--workload", "-w", metavar="WORKLOAD", rich_help_panel=MODEL, help=WORKLOAD_HELP)]
+RecPrecisionOptT = Annotated[PrecisionName | None, typer.Option(metavar="PRECISION", rich_help_panel=RUN, help=precision_help(
     RULE_PRECISIONS, "Working precision (the rules are written for these; hpc defaults to fp64): "))]
 BudgetOpt = Annotated[float | None, typer.Option(
-    "--budget", help="Total US dollars for all GPUs, at the catalog's dated street price where it has one, "
+    "--budget", metavar="USD", rich_help_panel=CONSTRAINTS, help="Total US dollars for all GPUs, at the catalog's dated street price where it has one, "
                      "else the launch price. GPUs without a known price are excluded when a budget is given. "
                      "Without --gpus, the tool also chooses how many of each GPU to buy.")]
 MaxPowerOpt = Annotated[float | None, typer.Option(
-    "--max-power", help="Total board power in watts for all GPUs (TDP x count).")]
+    "--max-power", metavar="WATTS", rich_help_panel=CONSTRAINTS, help="Total board power in watts for all GPUs (TDP x count).")]
 RequireOpt = Annotated[list[str] | None, typer.Option(
-    "--require", help="Hard requirements, comma-separated or repeated: ecc, rdma, nvlink, fp64 (full-rate FP64).")]
+    "--require", metavar="FEATURES", rich_help_panel=CONSTRAINTS, help="Hard requirements, comma-separated or repeated: ecc, rdma, nvlink, fp64 (full-rate FP64).")]
 SegmentOpt = Annotated[list[str] | None, typer.Option(
-    "--segment", help="Only these segments: datacenter, workstation, consumer (comma-separated or repeated).")]
+    "--segment", metavar="SEGMENTS", rich_help_panel=CONSTRAINTS, help="Only these segments: datacenter, workstation, consumer (comma-separated or repeated).")]
 VendorOpt = Annotated[str, typer.Option(
-    "--vendor", help="Whose GPUs to consider: nvidia, amd, intel or any. AMD and Intel parts need ROCm or the "
+    "--vendor", metavar="VENDOR", rich_help_panel=CONSTRAINTS, help="Whose GPUs to consider: nvidia, amd, intel or any. AMD and Intel parts need ROCm or the "
                      "Gaudi software instead of CUDA, so they are considered only when asked for.")]
-RankTopOpt = Annotated[int, typer.Option("--top", min=1, help="Show the best K GPUs.")]
+RankTopOpt = Annotated[int, typer.Option("--top", min=1, metavar="N", rich_help_panel=OUTPUT, help="Show the best N GPUs.")]
 SortOptT = Annotated[Sort, typer.Option(
-    help="speed (the default: the performance model; near-ties within 3% go to the score), score (the rules "
+    metavar="ORDER", rich_help_panel=OUTPUT, help="speed (the default: the performance model; near-ties within 3% go to the score), score (the rules "
          "alone) or value (speed per dollar of street, else launch, price).")]
 RulesOpt = Annotated[list[Path] | None, typer.Option(
-    "--rules", readable=False, help="Extra rules YAML, repeatable: overrides or extends the bundled rules by workload and rule id "
+    "--rules", metavar="FILE", rich_help_panel=CONSTRAINTS, readable=False, help="Extra rules YAML, repeatable: overrides or extends the bundled rules by workload and rule id "
                     "(see docs/rules.md).")]
 RecGpusOpt = Annotated[int | None, typer.Option(
-    "--gpus", min=1, help="GPUs per node. Default 1; with --budget and no --gpus, the tool chooses the count.")]
+    "--gpus", min=1, metavar="N", rich_help_panel=HARDWARE, help="GPUs per node. Default 1; with --budget and no --gpus, the tool chooses the count.")]
 DeadlineOpt = Annotated[str | None, typer.Option(
-    "--deadline", metavar="DURATION", help="Cloud: the cheapest configuration that trains the job (--tokens, or "
+    "--deadline", metavar="DURATION", rich_help_panel=CONSTRAINTS, help="Cloud: the cheapest configuration that trains the job (--tokens, or "
                                            "--epochs with --dataset-size) within this time, e.g. 14d, 36h.")]
 MaxCostOpt = Annotated[float | None, typer.Option(
-    "--max-cost", min=0, metavar="USD", help="Cloud: the fastest configuration whose job costs at most this.")]
+    "--max-cost", min=0, metavar="USD", rich_help_panel=CONSTRAINTS, help="Cloud: the fastest configuration whose job costs at most this.")]
 PerHourOpt = Annotated[float | None, typer.Option(
-    "--budget-per-hour", min=0, metavar="USD", help="Cloud: the fastest configuration renting for at most this "
+    "--budget-per-hour", min=0, metavar="USD", rich_help_panel=CONSTRAINTS, help="Cloud: the fastest configuration renting for at most this "
                                                     "an hour.")]
-RecTokensOpt = Annotated[str | None, typer.Option("--tokens", help="The job for a cloud objective: tokens, e.g. 1T.")]
-RecEpochsOpt = Annotated[float | None, typer.Option("--epochs", min=0, help="The job: epochs (with --dataset-size).")]
-RecDatasetOpt = Annotated[str | None, typer.Option("--dataset-size", help="Samples per epoch, e.g. 1.28M.")]
+RecTokensOpt = Annotated[str | None, typer.Option("--tokens", metavar="COUNT", rich_help_panel=RUN, help="The job for a cloud objective: tokens, e.g. 1T.")]
+RecEpochsOpt = Annotated[float | None, typer.Option("--epochs", min=0, metavar="N", rich_help_panel=RUN, help="The job: epochs (with --dataset-size).")]
+RecDatasetOpt = Annotated[str | None, typer.Option("--dataset-size", metavar="COUNT", rich_help_panel=RUN, help="Samples per epoch, e.g. 1.28M.")]
 WhyNotOpt = Annotated[list[str] | None, typer.Option(
-    "--why-not", metavar="GPU", help="Say why this GPU is not first: its exclusions, or how it compares (repeatable).")]
-ShowExcludedOpt = Annotated[bool, typer.Option("--show-excluded", help="List excluded GPUs and why.")]
-LocalOpt = Annotated[bool, typer.Option("--local", help="Rank this machine's GPUs (NVML), with their free memory.")]
+    "--why-not", metavar="GPU", rich_help_panel=OUTPUT, autocompletion=complete_gpu, help="Say why this GPU is not first: its exclusions, or how it compares (repeatable).")]
+ShowExcludedOpt = Annotated[bool, typer.Option("--show-excluded", rich_help_panel=OUTPUT, help="List excluded GPUs and why.")]
+LocalOpt = Annotated[bool, typer.Option("--local", rich_help_panel=HARDWARE, help="Rank this machine's GPUs (NVML), with their free memory.")]
 
 
-@app.command("recommend")
+@recommend_app.command("recommend", epilog=examples(
+    "gpusizer recommend --workload cnn",
+    "gpusizer recommend -w llm-inference --model llama-2-7b --top 5",
+    "gpusizer recommend -w llm-train --model llama-2-7b --budget 20000 --why-not rtx-4090",
+))
 @guarded
 def recommend_cmd(
     ctx: typer.Context,
@@ -121,9 +139,9 @@ def recommend_cmd(
     qlora: cli.QloraOpt = False,
     lora_targets: cli.LoraTargetsOpt = "all-linear",
     double_quant: cli.DoubleQuantOpt = True,
-    offload: cli.OffloadOpt = "none",
-    offload_to: cli.OffloadToOpt = "cpu",
-    weights: cli.WeightsOpt = None,
+    offload: OffloadOpt = "none",
+    offload_to: OffloadToOpt = "cpu",
+    weights: WeightsOpt = None,
     loss: cli.LossOpt = "full",
     gpus: RecGpusOpt = None,
     nodes: NodesOpt = 1,

@@ -21,13 +21,16 @@ import errno
 import functools
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
 from typing import Annotated, Any, NoReturn
 
 import typer
+import typer.core
+import typer.main
 from typer.core import TyperGroup
 
 from gpusizer import __version__
+from gpusizer.cli.options import OUTPUT, PANELS, examples
 from gpusizer.errors import ExitCode, GpusizerError
 
 _STATE: dict[str, Any] = {"debug": False, "json": False, "args": (), "command": None}
@@ -263,19 +266,164 @@ def _final_flush(code: int) -> int:
     return code
 
 
+# --------------------------------------------------------------------------
+# the commands, loaded lazily: only the one a command line names is imported and built
+
+#: Each command's name and the module attribute (a Typer) that holds it, in the order
+#: ``gpusizer --help`` lists them: the order a user needs them. recommend answers the
+#: first question (which GPU?), fit-model the next (does my model fit, and where?),
+#: estimate then says how fast and what it costs, and serve sizes a deployment. compare,
+#: catalog and systems browse the hardware behind those answers, models the zoo the
+#: examples use, and probe reads this machine's GPUs (needs a driver, so last).
+COMMANDS: dict[str, tuple[str, str]] = {
+    "recommend": ("gpusizer.cli.recommend", "recommend_app"),
+    "fit-model": ("gpusizer.cli.fit", "fit_app"),
+    "estimate": ("gpusizer.cli.estimate", "estimate_app"),
+    "serve": ("gpusizer.cli.serve", "serve_app"),
+    "compare": ("gpusizer.cli.catalog", "compare_app"),
+    "catalog": ("gpusizer.cli.catalog", "catalog_app"),
+    "systems": ("gpusizer.cli.systems", "systems_app"),
+    "models": ("gpusizer.cli.probe", "models_app"),
+    "probe": ("gpusizer.cli.probe", "probe_app"),
+}
+#: Built commands, kept for the life of the process (CliRunner invokes the app many times).
+_BUILT: dict[str, Any] = {}
+
+
+def command_app(**info: Any) -> typer.Typer:
+    """The Typer that holds one command (or one command group) of ``gpusizer``."""
+    return typer.Typer(rich_markup_mode="rich", add_completion=False, pretty_exceptions_enable=False, **info)
+
+
+def load_command(name: str) -> Any:
+    """The click command called ``name``, its module imported and its options built on first use."""
+    built = _BUILT.get(name)
+    if built is None:
+        import importlib
+
+        module, attr = COMMANDS[name]
+        built = typer.main.get_command(getattr(importlib.import_module(module), attr))
+        built.name = name
+        _BUILT[name] = humanise(built)
+    return built
+
+
+def _listing(name: str) -> Any:
+    """A stand-in for command ``name`` that holds only what a listing shows: its help."""
+    if name in _BUILT:
+        return _BUILT[name]
+    import importlib
+    import inspect
+
+    from typer.models import TyperInfo
+
+    module, attr = COMMANDS[name]
+    holder = getattr(importlib.import_module(module), attr)
+    text: str | None
+    if holder.registered_groups or len(holder.registered_commands) != 1:
+        text = typer.main.solve_typer_info_help(TyperInfo(holder))
+    else:
+        info = holder.registered_commands[0]
+        text = info.help or inspect.getdoc(info.callback)
+    return typer.core.TyperCommand(name=name, help=text)
+
+
+def _no_type(ctx: Any) -> None:
+    return None
+
+
+def humanise(command: Any) -> Any:
+    """Help as people read it, applied to a command and its sub-commands once: no Python
+    type (a flag such as ``--json`` shows no value where typer writes ``<bool>``; an
+    argument shows its metavar alone, not ``<str>``), and the options in the order of
+    their panels (``options.PANELS``: Model, Run, Hardware, Constraints, Output)."""
+    help_option = command.get_help_option(typer.Context(command))
+    if help_option is not None:
+        help_option.rich_help_panel = PANELS[-1]
+    for param in [*command.params, *([help_option] if help_option is not None else [])]:
+        if getattr(param, "is_flag", False) and param.metavar is None:
+            param.metavar = ""
+        if param.param_type_name == "argument":
+            param.display_type_rich = _no_type
+    order = {panel: i for i, panel in enumerate(PANELS)}
+    command.params.sort(key=lambda p: (p.param_type_name != "argument",
+                                       order.get(getattr(p, "rich_help_panel", None) or "", len(order))))
+    commands = getattr(command, "commands", {})
+    for sub in () if isinstance(commands, LazyCommands) else commands.values():
+        humanise(sub)
+    return command
+
+
+class LazyCommands(MutableMapping[str, Any]):
+    """The root group's commands: every name known at once, each command built when
+    first looked up, so a command line builds only the command it runs (docs/gen_commands.py
+    and the tests, which walk every command, build them all; ``gpusizer --help`` and the
+    completion of command names build none)."""
+
+    def __init__(self, extra: Mapping[str, Any] | None = None) -> None:
+        self._extra: dict[str, Any] = dict(extra or {})
+
+    def __getitem__(self, name: str) -> Any:
+        if name in self._extra:
+            return self._extra[name]
+        if name not in COMMANDS:
+            raise KeyError(name)
+        return load_command(name)
+
+    def __setitem__(self, name: str, command: Any) -> None:
+        self._extra[name] = command
+
+    def __delitem__(self, name: str) -> None:
+        del self._extra[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(dict.fromkeys([*COMMANDS, *self._extra]))
+
+    def __len__(self) -> int:
+        return len(dict.fromkeys([*COMMANDS, *self._extra]))
+
+
+class LazyGroup(GuardedGroup):
+    """The root group, with :class:`LazyCommands` in place of click's dict of commands."""
+
+    def __init__(self, **attrs: Any) -> None:
+        super().__init__(**attrs)
+        self.commands = LazyCommands(self.commands)
+        humanise(self)
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        """``gpusizer --help`` lists every command from its Typer's help, without building
+        any command's options (typer's costliest step)."""
+        built, self.commands = self.commands, {name: _listing(name) for name in COMMANDS}
+        try:
+            super().format_help(ctx, formatter)
+        finally:
+            self.commands = built
+
+    def shell_complete(self, ctx: Any, incomplete: str) -> list[Any]:
+        """Command names complete from the table above, without building the commands."""
+        try:
+            from typer._click.shell_completion import CompletionItem  # typer >= 0.26 vendors click
+        except ImportError:  # pragma: no cover
+            from click.shell_completion import CompletionItem  # type: ignore[assignment]
+
+        names = [CompletionItem(n) for n in self.commands if n.startswith(incomplete)]
+        return names + super(TyperGroup, self).shell_complete(ctx, incomplete)
+
+
 app = typer.Typer(
-    cls=GuardedGroup,
+    cls=LazyGroup,
     help="Which GPU to use and how much of it, with numbers you can check.",
+    epilog=examples(
+        "gpusizer recommend --workload llm-inference --model llama-2-7b",
+        "gpusizer fit-model --model llama-2-7b --inference --gpu rtx-4090",
+        "gpusizer estimate --model resnet50 --gpu a100",
+    ),
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
-    rich_markup_mode=None,
+    rich_markup_mode="rich",
 )
-catalog_app = typer.Typer(help="Browse the GPU catalog.", no_args_is_help=True, rich_markup_mode=None)
-app.add_typer(catalog_app, name="catalog")
-systems_app = typer.Typer(help="Browse GPU systems: on-prem nodes and cloud instances, with prices.",
-                          no_args_is_help=True, rich_markup_mode=None)
-app.add_typer(systems_app, name="systems")
 
 
 def _version(value: bool) -> None:
@@ -288,10 +436,13 @@ def _version(value: bool) -> None:
 def _root(
     ctx: typer.Context,
     version: Annotated[
-        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+        bool, typer.Option("--version", callback=_version, is_eager=True, rich_help_panel=OUTPUT,
+                           help="Print the version and exit.")
     ] = False,
-    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks for internal errors.")] = False,
-    no_color: Annotated[bool, typer.Option("--no-color", help="Never use colour (NO_COLOR=1 does the same).")] = False,
+    debug: Annotated[bool, typer.Option("--debug", rich_help_panel=OUTPUT,
+                                        help="Show tracebacks for internal errors.")] = False,
+    no_color: Annotated[bool, typer.Option("--no-color", rich_help_panel=OUTPUT,
+                                           help="Never use colour (NO_COLOR=1 does the same).")] = False,
 ) -> None:
     _STATE["debug"] = debug
     ctx.obj = {"debug": debug, "no_color": no_color}
@@ -330,6 +481,12 @@ def use_ascii_where_needed() -> None:
 
 
 def main() -> None:
-    """Run the app as the console script (``gpusizer.cli.main`` registers the commands first)."""
+    """Run the app as the console script."""
     use_ascii_where_needed()
+    if os.environ.get("_GPUSIZER_COMPLETE"):
+        # shell completion (README, 'Shell completion'): typer's completion classes, which
+        # add_completion=False leaves unregistered
+        from typer._completion_classes import completion_init
+
+        completion_init()
     app(prog_name="gpusizer")

@@ -7,42 +7,50 @@ from typing import Annotated
 import typer
 
 from gpusizer.cli.options import (
+    CONSTRAINTS,
+    HARDWARE,
+    RUN,
     AttentionOpt,
     CatalogOpt,
     HfConfigOpt,
     JsonOpt,
-    KvCacheOpt,
     ModelOpt,
     ParamsOpt,
-    WeightsOpt,
     _cache_dir,
     _console,
     _load_catalog,
     _warn,
-    precision_help,
+    complete_gpu,
+    examples,
 )
-from gpusizer.cli.root import app, guarded
+from gpusizer.cli.root import command_app, guarded
+from gpusizer.cli.run_options import KvCacheOpt, WeightsOpt, precision_help
 from gpusizer.domain.precision import ALL_PRECISIONS, PrecisionName, storage_precision
 from gpusizer.errors import ExitCode
 
+serve_app = command_app()
+
 ContextOpt = Annotated[int, typer.Option(
-    "--context", min=1, max=1 << 24, metavar="TOKENS",
+    "--context", min=1, max=1 << 24, metavar="TOKENS", rich_help_panel=RUN,
     help="Tokens per sequence the cache must hold: prompt plus generated tokens.")]
 UsersOpt = Annotated[int | None, typer.Option(
-    "--users", min=1, max=1 << 20, metavar="N",
+    "--users", min=1, max=1 << 20, metavar="N", rich_help_panel=CONSTRAINTS,
     help="Concurrent sequences to serve; the answer is the fewest GPUs (tensor-parallel) that hold them.")]
 TpOpt = Annotated[int | None, typer.Option(
-    "--tp", min=1, max=1024, metavar="N", help="Fix the tensor-parallel size instead of searching for the fewest.")]
+    "--tp", min=1, max=1024, metavar="N", rich_help_panel=HARDWARE, help="Fix the tensor-parallel size instead of searching for the fewest.")]
 ServeGpuOpt = Annotated[list[str] | None, typer.Option(
-    "--gpu", metavar="GPU", help="GPUs to check (repeatable). Default: the whole catalog.")]
-ServePrecisionOpt = Annotated[PrecisionName | None, typer.Option("--precision", help=precision_help(
+    "--gpu", metavar="GPU", rich_help_panel=HARDWARE, autocompletion=complete_gpu, help="GPUs to check (repeatable). Default: the whole catalog.")]
+ServePrecisionOpt = Annotated[PrecisionName | None, typer.Option("--precision", metavar="PRECISION", rich_help_panel=RUN, help=precision_help(
     ALL_PRECISIONS, "Weight format served: "))]
 UtilizationOpt = Annotated[float, typer.Option(
-    "--gpu-memory-utilization", min=0.05, max=1.0,
+    "--gpu-memory-utilization", min=0.05, max=1.0, metavar="SHARE", rich_help_panel=HARDWARE,
     help="Share of each GPU's memory the engine may use (vLLM's default 0.9).")]
 
 
-@app.command("serve")
+@serve_app.command("serve", epilog=examples(
+    "gpusizer serve --model llama-2-7b --context 4096",
+    "gpusizer serve --model llama-2-70b --users 64 --gpu h100",
+))
 @guarded
 def serve_cmd(
     ctx: typer.Context,

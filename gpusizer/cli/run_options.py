@@ -1,0 +1,50 @@
+"""Options whose choices are domain concepts: precisions, strategies, offload targets,
+KV-cache and weight formats.
+
+Their names live in :mod:`gpusizer.domain.precision` and
+:mod:`gpusizer.domain.parallelism` alone (tests/test_architecture.py), so these
+options import the domain. Only the commands that run the engine (fit-model,
+estimate, recommend, serve) import this module, and they load the domain to do
+their work anyway; the browsing commands (catalog, compare, systems, models,
+probe) never do.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from gpusizer.cli.options import HARDWARE, RUN
+from gpusizer.domain.parallelism import Offload, OffloadTarget, Strategy
+from gpusizer.domain.precision import KvCache, WeightFormatName
+
+KvCacheOpt = Annotated[KvCache, typer.Option(
+    "--kv-cache", metavar="FORMAT", rich_help_panel=RUN,
+    help="KV-cache format during inference: auto (the activations' precision, default), fp16, bf16, "
+         "fp8, int8 or int4.")]
+WeightsOpt = Annotated[WeightFormatName | None, typer.Option(
+    "--weights", metavar="FORMAT", rich_help_panel=RUN,
+    help="Inference: serve a published weight format instead of the precision's storage: "
+         "gptq-int4-g128, awq-int4-g128, mxfp4, fp8, gguf-q4_k_m, gguf-q5_k_m, gguf-q6_k, gguf-q8_0 "
+         "(bits per weight with their scales; docs/method.md).")]
+OffloadOpt = Annotated[Offload, typer.Option(
+    "--offload", metavar="WHAT", rich_help_panel=RUN,
+    help="Keep state in host memory instead of on the GPU: optimizer (ZeRO-Offload: optimizer state, "
+         "AMP's fp32 master weights and gradients; the step runs on the CPU), params (weights stream in "
+         "layer by layer), all (both, gradients too), or none (default).")]
+OffloadToOpt = Annotated[OffloadTarget, typer.Option(
+    "--offload-to", metavar="WHERE", rich_help_panel=RUN,
+    help="Where offloaded state lives: cpu (host RAM, default) or nvme (ZeRO-Infinity).")]
+StrategyOptT = Annotated[Strategy, typer.Option(
+    metavar="STRATEGY", rich_help_panel=HARDWARE,
+    help="ddp replicates; zero1/2/3 and fsdp shard over every GPU; tp splits each layer over a node's GPUs.")]
+
+
+def precision_help(names: tuple[str, ...], lead: str = "") -> str:
+    """Help for a --precision option, from the precision table's own descriptions."""
+    from gpusizer.domain.precision import DEFAULT_PRECISION, precision_spec
+
+    listed = "; ".join(f"{n} = {precision_spec(n).description}" for n in names)
+    return (f"{lead}{listed}. Default: {DEFAULT_PRECISION['train']} for training, "
+            f"{DEFAULT_PRECISION['inference']} for inference.")
