@@ -160,3 +160,14 @@ def resolve_node(
         notes.append(f"price: ${price:,.2f} per GPU-hour, {sys_.id}'s on-demand price ({where}, {sys_.price.date})")
     return NodeChoice(gpu=sys_.gpu, gpus=count, system=sys_, topology=topo, price_per_gpu_hour=price,
                       notes=tuple(notes))
+
+
+def perf_data(cat: Catalog, cache_dir: Path | None) -> dict[str, Any]:
+    """The performance model's data files (estimate_performance's ``calibration``,
+    ``interconnects``, ``systems`` and ``catalog``), loaded through the cache, with the catalog
+    in use: without them the engine parses the bundled YAML afresh on every run."""
+    from gpusizer.hardware.systems import load_systems
+    from gpusizer.performance.calibration import load_calibration, load_interconnects
+
+    return {"calibration": load_calibration(cache_dir=cache_dir), "interconnects": load_interconnects(cache_dir),
+            "systems": load_systems(cache_dir=cache_dir), "catalog": cat}

@@ -16,6 +16,7 @@ from gpusizer.api._common import (
     _check_range,
     _run,
     load_catalog,
+    perf_data,
     resolve_model,
     resolve_node,
 )
@@ -25,6 +26,7 @@ from gpusizer.domain.run import RunConfig
 from gpusizer.domain.shape import ModelShape
 from gpusizer.errors import NothingFitsError, UsageError
 from gpusizer.hardware.catalog import Catalog, Gpu
+from gpusizer.hardware.systems import Systems
 from gpusizer.memory.estimate import (
     default_seq_len,
     estimate_memory,
@@ -32,6 +34,7 @@ from gpusizer.memory.estimate import (
     largest_batch,
     resolved_input,
 )
+from gpusizer.performance.calibration import Calibration, Interconnects
 from gpusizer.performance.estimate import PerfEstimate, estimate_performance
 from gpusizer.performance.planning import (
     ScalingPoint,
@@ -193,7 +196,7 @@ def estimate(
         batch_note = "given"
     perf = _PerfArgs(nodes=nodes, interconnect=interconnect, nics_per_node=nics_per_node, tf32=tf32,
                      compute_precision=prec, phase=phase, grad_accumulation=grad_accumulation, cuda_graphs=cuda_graphs,
-                     topology=node.topology)
+                     topology=node.topology, **perf_data(cat, cache_dir))
     serving = None
     if _serves(shape, cfg, phase):
         inputs["prompt"] = prompt or cfg.seq_len or default_seq_len(shape)
@@ -246,6 +249,11 @@ class _PerfArgs(BaseModel):
     cuda_graphs: bool
     #: a named system's topology; None: the GPU's defaults at each count
     topology: Topology | None = None
+    #: the data files, loaded through the caller's cache (the engine would parse them afresh)
+    calibration: Calibration | None = None
+    interconnects: Interconnects | None = None
+    systems: Systems | None = None
+    catalog: Catalog | None = None
 
     def kwargs(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in type(self).model_fields if name != "nodes"}

@@ -45,7 +45,8 @@ from gpusizer.domain.precision import SIXTEEN_BIT_MATRIX, check_mode, precision_
 from gpusizer.domain.run import RunConfig
 from gpusizer.domain.shape import ModelShape
 from gpusizer.errors import UsageError
-from gpusizer.hardware.catalog import Gpu
+from gpusizer.hardware.catalog import Catalog, Gpu
+from gpusizer.hardware.systems import Systems
 from gpusizer.performance.calibration import (
     PHYSICAL_BOUNDS,
     Calibration,
@@ -437,6 +438,7 @@ def estimate_performance(
     nics_per_node: int | None = None, grad_accumulation: int = 1, cuda_graphs: bool = True,
     attention_kernels: AttentionKernels = "current", calibration: Calibration | None = None,
     interconnects: Interconnects | None = None, topology: Topology | None = None,
+    systems: Systems | None = None, catalog: Catalog | None = None,
 ) -> PerfEstimate:
     """Predict throughput of ``shape`` under ``cfg`` on ``cfg.gpus`` x ``nodes`` GPUs.
 
@@ -451,7 +453,8 @@ def estimate_performance(
     ``attention_kernels`` times fused attention at the matmuls' efficiency ("current")
     or as the kernels LLM Foundry ran in 2023 ("llm-foundry-2023", for its rows).
     ``topology``: how the GPUs are linked (performance.topology); default: the GPU's defaults,
-    with ``interconnect`` and ``nics_per_node`` as overrides.
+    with ``interconnect`` and ``nics_per_node`` as overrides. ``calibration``, ``interconnects``,
+    ``systems`` and ``catalog``: the data files, as the caller loaded them (default: the bundled ones).
     """
     _check_counts(grad_accumulation, nodes)
     cal = calibration or load_calibration()
@@ -467,7 +470,7 @@ def estimate_performance(
     st = _step(work, gpu, precision, tf32, cal, cuda_graphs, attention_kernels)
     notes: list[str] = [*st.notes, *work.notes]
     topo = topology or node_topology(gpu, cfg.gpus, nodes, interconnect=interconnect, nics_per_node=nics_per_node,
-                                     links=links)
+                                     links=links, systems=systems, catalog=catalog)
     layout = _Layout(gpu=gpu, gpus_per_node=cfg.gpus, nodes=nodes, topology=topo, par=par)
     comm = _Comm()
     step = st.step_s

@@ -150,6 +150,9 @@ class RecommendRequest(BaseModel):
     sort: str = "speed"
     #: GPUs to explain, once each as (catalog id, the name as given): why they are not first, or excluded
     why_not: tuple[tuple[str, str], ...] = ()
+    #: the performance model's data files as the caller loaded them (estimate_performance's
+    #: calibration, interconnects, systems and catalog); empty: the bundled files, parsed afresh
+    perf_data: dict[str, Any] = Field(default_factory=dict, exclude=True, repr=False)
 
     @property
     def total_gpus(self) -> int:
@@ -1144,10 +1147,12 @@ def _speed(
         if req.system is not None:
             from gpusizer.performance.topology import node_topology
 
+            data = req.perf_data
             topology = node_topology(gpu, req.gpus_per_node, req.nodes, system=req.system,
-                                     interconnect=req.interconnect)
+                                     interconnect=req.interconnect, links=data.get("interconnects"),
+                                     systems=data.get("systems"), catalog=data.get("catalog"))
         est = estimate_performance(gpu, shape, perf_cfg, nodes=req.nodes, interconnect=req.interconnect, tf32=tf32,
-                                   compute_precision=precision, topology=topology)
+                                   compute_precision=precision, topology=topology, **req.perf_data)
     except UsageError as exc:
         return Speed(method="performance-model", throughput_per_s=None, unit="", note=exc.message)
     return Speed(
