@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from gpusizer.render.common import NA, fit_table, fmt, fmt_ratio, show_value
+from gpusizer.render.common import NA, columns, fit_table, fmt, fmt_ratio, show_value
 from gpusizer.units import format_bytes, format_count
 
 if TYPE_CHECKING:
     from rich.table import Table
+    from rich.text import Text
 
     from gpusizer.hardware.browse import Comparison
     from gpusizer.hardware.catalog import Gpu
@@ -62,41 +63,40 @@ LIST_DROP_ORDER = ("street_price_usd", "nvlink_gb_s", "gpudirect_rdma", "ecc", "
 
 
 def catalog_table(gpus: Iterable[Gpu], title: str | None = None, *, provenance: bool = False,
-                  width: int | None = None, sort: str | None = None) -> Table:
-    """The catalog list. ``provenance``: mark derived values (``*``) and unknown Tensor Core
-    rates (``?``), add the count of derived values, and say so in a caption. ``width``: lay it
-    out within that many columns, leaving out :data:`LIST_DROP_ORDER`'s columns (but ``sort``'s)
-    as needed."""
-    from rich import box
-    from rich.table import Table
+                  width: int | None = None, sort: str | None = None) -> Text:
+    """The catalog list, as plain columns (a rich Table costs several times as much to draw 149
+    rows). ``provenance``: mark derived values (``*``) and unknown Tensor Core rates (``?``), add
+    the count of derived values, and say so in a caption. ``width``: lay it out within that many
+    columns, leaving out :data:`LIST_DROP_ORDER`'s columns (but ``sort``'s) as needed, and say which."""
+    import textwrap
+
     from rich.text import Text
 
     rows = list(gpus)
-    columns = list(LIST_COLUMNS)
+    fields = list(LIST_COLUMNS)
     if len({g.vendor for g in rows}) > 1:
-        columns.insert(1, ("vendor", "vendor"))
-    caption = None
+        fields.insert(1, ("vendor", "vendor"))
+    headers = [label for _, label in fields] + (["derived"] if provenance else [])
+    numeric = [f not in ("id", "vendor", "architecture", "segment", "ecc") for f, _ in fields] + [True] * provenance
+    cells = [[_cell(gpu, f, provenance) for f, _ in fields] + ([str(len(gpu.derived))] if provenance else [])
+             for gpu in rows]
+    order = [f for f, _ in fields]
+    drop = [order.index(f) for f in LIST_DROP_ORDER if f in order and f != sort]
+    kept, head, lines = columns(headers, cells, numeric, width, drop)
+    captions = []
     if provenance:
-        caption = (f"{DERIVED_MARK} derived by a rule of data/derivations.yaml ('catalog show' gives the formula); "
-                   f"n/a{UNKNOWN_MARK} a Tensor Core rate the GPU has but no source or rule gives; other values are "
-                   "sourced (cited in 'catalog show'); n/a alone is unknown or absent (for a Tensor Core rate: absent)")
-    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, caption=caption,
-                  caption_justify="left")
-    for field, label in columns:
-        numeric = field not in ("id", "vendor", "architecture", "segment", "ecc")
-        table.add_column(label, justify="right" if numeric else "left", no_wrap=field == "id")
-    if provenance:
-        table.add_column("derived", justify="right")
-    for gpu in rows:
-        # Text cells skip markup parsing: about a sixth of the table's render time
-        cells = [Text(_cell(gpu, f, provenance)) for f, _ in columns]
-        if provenance:
-            cells.append(Text(str(len(gpu.derived))))
-        table.add_row(*cells)
-    if width is None:
-        return table
-    labels = dict(columns)
-    return fit_table(table, width, drop=[labels[f] for f in LIST_DROP_ORDER if f in labels and f != sort])
+        captions.append(f"{DERIVED_MARK} derived by a rule of data/derivations.yaml ('catalog show' gives the "
+                        f"formula); n/a{UNKNOWN_MARK} a Tensor Core rate the GPU has but no source or rule gives; "
+                        "other values are sourced (cited in 'catalog show'); n/a alone is unknown or absent (for a "
+                        "Tensor Core rate: absent)")
+    gone = [headers[i] for i in range(len(headers)) if i not in kept]
+    if gone:
+        names = ", ".join(name.replace(" ", "\u00a0") for name in gone)  # (a name is not wrapped inside)
+        captions.append(f"Left out at {width} columns: {names} (a wider terminal or --json shows them).")
+    out = [*([title, ""] if title else []), head, "─" * len(head), *lines]
+    for caption in captions:
+        out += ["", *(line.replace("\u00a0", " ") for line in textwrap.wrap(caption, width or 200))]
+    return Text("\n".join(out), no_wrap=True, overflow="ignore")
 
 
 def _detail_value(gpu: Gpu, field: str, formulas: Mapping[str, str]) -> str:

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from gpusizer.domain.parallelism import within_node
-from gpusizer.render.common import NA, bar, fmt, show_bool, show_value, wrap_note
+from gpusizer.render.common import NA, bar, columns, fmt, show_bool, show_value, wrap_note
 from gpusizer.units import format_bytes, format_count, format_duration
 
 if TYPE_CHECKING:
@@ -149,46 +149,16 @@ def fitted_table(rec: Recommendation, results: Sequence[GpuResult], width: int |
     columns (least important first), then value and fits; numbers are never cut. None: every column."""
     for bars in (True, False):
         headers, rows, numeric = table_rows(rec, results, bars=bars)
-        head, lines = _layout(headers, rows, numeric)
-        if width is None or len(head) <= width and all(len(line) <= width for line in lines):
+        _, head, lines = columns(headers, rows, numeric, None)
+        if width is None or max(len(x) for x in (head, *lines)) <= width:
             return head, lines
-    assert width is not None
     n_keys = len(rec.key_fields)
     fits_col, value_col = 3 + n_keys, len(headers) - 1
     # the key specs go first (least important first), then value (unless it is the sort key), fits and score
     drop_order = [*(3 + i for i in reversed(range(n_keys))), *([value_col] if rec.sort != "value" else []),
                   fits_col, 2]
-    keep = list(range(len(headers)))
-
-    def laid(cols: list[int]) -> tuple[str, list[str]]:
-        return _layout([headers[i] for i in cols], [[r[i] for i in cols] for r in rows], [numeric[i] for i in cols])
-
-    def fits(table: tuple[str, list[str]]) -> bool:
-        return len(table[0]) <= width and all(len(line) <= width for line in table[1])
-
-    dropped: list[int] = []
-    for col in drop_order:
-        keep.remove(col)
-        dropped.append(col)
-        if fits(laid(keep)):
-            break
-    # then take back what fits again, most important first (a later drop may have made room)
-    for col in reversed(dropped):
-        trial = sorted([*keep, col])
-        if fits(laid(trial)):
-            keep = trial
-    head, lines = laid(keep)
+    _, head, lines = columns(headers, rows, numeric, width, drop_order)
     return head, lines
-
-
-def _layout(headers: list[str], rows: list[list[str]], numeric: list[bool]) -> tuple[str, list[str]]:
-    widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h) for i, h in enumerate(headers)]
-
-    def line(cells: list[str]) -> str:
-        out = [(c.rjust(w) if num else c.ljust(w)) for c, w, num in zip(cells, widths, numeric, strict=True)]
-        return "  ".join(out).rstrip()
-
-    return line(headers), [line(r) for r in rows]
 
 
 def reason_lines(r: GpuResult, limit: int | None = 3) -> list[str]:
@@ -345,7 +315,7 @@ def plan_text(plan: Plan) -> str:
                  if cloud else [f"${c.price_total_usd:,.0f}" if c.price_total_usd is not None else NA])
         eff = f"{c.scaling_efficiency:.0%}" if c.scaling_efficiency is not None else NA
         rows.append([str(c.rank), c.label, str(c.gpus_total), f"{c.throughput_per_s:,.0f}", eff, *money])
-    head, lines = _layout(headers, rows, numeric)
+    _, head, lines = columns(headers, rows, numeric, None)
     out = [head, "-" * len(head)]
     for c, line in zip(plan.configurations, lines, strict=True):
         out.append(line)
