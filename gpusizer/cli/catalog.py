@@ -98,6 +98,7 @@ def catalog_show(
 @compare_app.command("compare", epilog=examples(
     "gpusizer compare h100 a100",
     "gpusizer compare 'RTX 4090' 'RTX 3090' a100",
+    "gpusizer compare rtx-4090 rtx-5090 --workload cnn",
 ))
 @guarded
 def compare_cmd(
