@@ -399,6 +399,20 @@ def _installed(args: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
     return subprocess.Popen([*gpusizer_command(), *args], stdin=subprocess.DEVNULL, **kwargs)
 
 
+@pytest.mark.parametrize("args", [["--help"], ["fit-model", "--help"], ["catalog", "list"]])
+def test_output_to_a_pipe_already_closed_ends_quietly_with_exit_0(args: list[str]) -> None:
+    """The reader is gone before the first write: the help rich draws (which ends a closed pipe
+    with exit 1 by itself) and a command's table end with exit 0 and nothing on stderr."""
+    import os
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    proc = _installed(args, stdout=write_end, stderr=subprocess.PIPE)
+    os.close(write_end)
+    err = proc.communicate(timeout=WALL_S)[1].decode()
+    assert proc.returncode == 0 and err == "", err
+
+
 def test_a_closed_pipe_ends_quietly_with_exit_0() -> None:
     proc = _installed(["recommend", "--workload", "cnn", "--top", "60"], stdout=subprocess.PIPE,
                       stderr=subprocess.PIPE)

@@ -240,7 +240,19 @@ class GuardedGroup(TyperGroup):
             _json_error("aborted", None, code)
         except KeyboardInterrupt:
             code = 130
+        except SystemExit as exc:
+            # rich (typer's help) ends a closed pipe itself: stdout pointed at /dev/null, exit 1;
+            # a reader that stopped early is no error for us (as in guarded)
+            code = 0 if exc.code == 1 and _stdout_is_devnull() else exc.code if isinstance(exc.code, int) else 1
         sys.exit(_final_flush(code))
+
+
+def _stdout_is_devnull() -> bool:
+    try:
+        out, null = os.fstat(sys.stdout.fileno()), os.stat(os.devnull)
+    except (OSError, ValueError, AttributeError):
+        return False
+    return (out.st_dev, out.st_ino) == (null.st_dev, null.st_ino)
 
 
 def _usage_error(exc: Any) -> int:
