@@ -34,6 +34,9 @@ CASES = {
     "estimate-train": ["estimate", "--model", "bert-base", "--gpu", "a100", "--gpus", "8", "--tokens", "1B",
                        "--price-per-hour", "2"],
     "compare": ["compare", "h100", "a100", "l40s", "rtx-4090"],
+    "compare-six": ["compare", "h100", "a100", "l40s", "rtx-4090", "h200", "mi300x", "--workload", "cnn"],
+    "fit-model-long-ids": ["fit-model", "--model", "llama-3-8b", "--gpu", "rtx-pro-6000-blackwell-max-q", "--gpu",
+                           "h100-sxm5-80gb", "--gpus", "8", "--strategy", "zero3", "--batch", "64"],
     "models": ["models"],
     "systems": ["systems", "list"],
     "serve": ["serve", "--model", "llama-3.1-70b", "--gpu", "h100", "--gpu", "l40s", "--users", "32"],
@@ -185,3 +188,14 @@ def test_fit_model_header_says_how_the_run_was_read():
     assert "Run: inference, fp16 precision, batch 1, 2,048 tokens, fused attention, 4 GPUs (TP=4)" in text
     assert "ddp" not in text.lower()
     assert "needs 35.37 GiB per GPU on 4 GPUs (TP=4)" in text
+
+
+def test_no_table_is_squeezed_at_80_columns():
+    """Where columns cannot all fit, they are left out by name, never squeezed: six GPUs side by
+    side go on to a second table, every id whole, and fit-model keeps its fits column."""
+    text = _piped(CASES["compare-six"], 80)
+    assert "part 1 of 2" in text and "part 2 of 2" in text and "Too narrow" not in text
+    for gpu in ("h100-sxm5-80gb", "a100-sxm4-80gb", "l40s", "rtx-4090", "h200-sxm-141gb", "mi300x"):
+        assert re.search(rf"\b{gpu}\b", text), gpu
+    fit = _piped(CASES["fit-model-long-ids"], 80)
+    assert "rtx-pro-6000-blackwell-max-q" in fit and " fits " in fit and "Too narrow" not in fit

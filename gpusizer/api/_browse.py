@@ -167,16 +167,21 @@ def _modelled_speed(
         if model is None:
             settings.update(batch=wl.speed.batch, seq_len=wl.speed.seq_len, image_size=wl.speed.image_size)
         model = model or wl.speed.model
+    from gpusizer.api._common import resolve_model
+
+    shape = resolve_model(model, cache_dir=cache_dir)  # (an unknown model is the user's error, exit 2)
     values: list[float | None] = []
     notes: list[str] = []
-    unit, what = "", f"{model}"
+    unit, what = "", shape.name
     for g in gpus:
         try:
-            est = estimate(model, gpu=g.id, catalog=cat, cache_dir=cache_dir,
+            est = estimate(shape, gpu=g.id, catalog=cat, cache_dir=cache_dir,
                            **{k: v for k, v in settings.items() if v is not None})
             if not est.fits and settings.get("batch"):  # the workload's batch: less where it does not fit
-                est = estimate(model, gpu=g.id, catalog=cat, cache_dir=cache_dir,
+                est = estimate(shape, gpu=g.id, catalog=cat, cache_dir=cache_dir,
                                **{k: v for k, v in settings.items() if v is not None and k != "batch"})
+                notes.append(f"{g.id}: timed at batch {est.input['batch']}, the largest that fits (the workload's "
+                             f"{settings['batch']} does not)")
         except GpusizerError as exc:
             values.append(None)
             notes.append(f"{g.id}: not timed: {exc.message}")

@@ -177,6 +177,10 @@ def sharded_gpus(strategy: str, gpus_per_node: int, nodes: int = 1) -> int:
     return par.tp if par.tp > 1 else par.dp
 
 
+#: GPUs in one node (DGX/HGX boards, and the largest PCIe servers people buy): tensor
+#: parallelism stays inside it, and larger runs are counted in whole nodes of it.
+NODE_GPUS = 8
+
 #: How each strategy reads in human output.
 STRATEGY_LABELS: dict[str, str] = {"ddp": "DDP", "zero1": "ZeRO-1", "zero2": "ZeRO-2", "zero3": "ZeRO-3",
                                    "fsdp": "FSDP", "tp": "TP"}
@@ -200,6 +204,7 @@ def layout_words(strategy: str, gpus: int, mode: str) -> str:
 
 __all__ = [
     "STRATEGIES",
+    "NODE_GPUS",
     "STRATEGY_LABELS",
     "Parallelism",
     "Sharding",

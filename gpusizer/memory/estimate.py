@@ -443,9 +443,14 @@ def input_default_note(shape: ModelShape, cfg: RunConfig) -> str | None:
     """What a run assumed for an input size it was not given, in words; None if it was given."""
     m = shape.transformer
     if cfg.seq_len is None and m is not None:
-        context = f"the model's context ({m.max_seq_len:,})" if m.max_seq_len else "512 (context unknown)"
-        return (f"sequence length {transformer_seq_len(m, cfg):,} tokens (default: {context}, capped at "
-                f"{DEFAULT_SEQ_CAP:,}); give a sequence length to change it")
+        if m.max_seq_len is None:
+            context = "512, the model's context being unknown"
+        elif m.max_seq_len > DEFAULT_SEQ_CAP:
+            context = f"the model's context ({m.max_seq_len:,}), capped at {DEFAULT_SEQ_CAP:,}"
+        else:
+            context = "the model's context"
+        return f"sequence length {transformer_seq_len(m, cfg):,} tokens (default: {context}); give a sequence length " \
+               "to change it"
     if cfg.seq_len is None and shape.rnn is not None:
         return f"sequence length {shape.rnn.seq_len:,} steps (default: the model's)"
     if cfg.image_size is None and shape.cnn is not None:

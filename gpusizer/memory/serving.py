@@ -21,7 +21,7 @@ import math
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gpusizer.domain.parallelism import Parallelism, tensor_parallel
+from gpusizer.domain.parallelism import NODE_GPUS, Parallelism, tensor_parallel
 from gpusizer.domain.precision import kv_element_bytes
 from gpusizer.domain.run import RunConfig
 from gpusizer.domain.shape import ModelShape, TransformerShape
@@ -50,7 +50,7 @@ CUDA_GRAPH_BYTES = GIB // 2
 TP_BUFFER_BYTES = round(1.79 * GIB)
 #: Tensor parallelism stays inside a node: its all-reduces run twice per layer and
 #: need NVLink-class bandwidth, and nodes hold at most 8 GPUs (DGX/HGX)
-MAX_TP = 8
+MAX_TP = NODE_GPUS
 
 
 class ServingCapacity(BaseModel):

@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from gpusizer.domain.parallelism import layout_words, sharding_advice
+from gpusizer.domain.parallelism import layout_words, sharding_advice, shards_weights
 from gpusizer.domain.precision import storage_precision
 from gpusizer.domain.run import RunConfig
 from gpusizer.domain.shape import ModelShape
@@ -69,7 +69,10 @@ def default_batch(
         raise NothingFitsError(
             f"{shape.name} does not fit at batch 1 ({cfg.mode}, {prec}, "
             f"{layout_words(cfg.strategy, mem_cfg.gpus, cfg.mode)})",
-            hint=f"try {sharding_advice(cfg.mode)}, a lower precision, or a given batch",
+            hint=(f"try {sharding_advice(cfg.mode)}, a lower precision, or a given batch"
+                  if not shards_weights(cfg.strategy) else
+                  "the weights are sharded already: try activation checkpointing, a shorter sequence or a lower "
+                  "precision"),
         )
     if largest > cap:
         more = "memory allows more" if largest >= MAX_BATCH else f"largest that fits is {largest}"

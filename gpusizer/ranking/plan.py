@@ -23,7 +23,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from gpusizer.domain.parallelism import sharding_alternative
+from gpusizer.domain.parallelism import NODE_GPUS, sharding_alternative
 from gpusizer.domain.shape import ModelShape
 from gpusizer.errors import UsageError
 from gpusizer.hardware.catalog import Gpu
@@ -35,7 +35,7 @@ from gpusizer.ranking.search import Candidate, GpuResult, RecommendRequest, reco
 from gpusizer.units import format_count, format_duration
 
 #: the node sizes a purchase is built from: an 8-GPU server is the largest common PCIe or HGX node
-MAX_GPUS_PER_NODE = 8
+MAX_GPUS_PER_NODE = NODE_GPUS
 #: cloud node counts tried: 1, 2, 4, ... up to this
 MAX_NODES = 128
 

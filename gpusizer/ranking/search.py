@@ -23,11 +23,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gpusizer.choices import SORTS, Mode
 from gpusizer.domain.parallelism import (
+    NODE_GPUS,
     gpus_per_node_for,
     layout_words,
     sharded_gpus,
     sharding_alternative,
     strategy_label,
+    within_node,
 )
 from gpusizer.domain.precision import (
     RULE_PRECISIONS,
@@ -1041,7 +1043,9 @@ def _fit_message(gfit: GpuFit, req: RecommendRequest, cfg: RunConfig) -> str:
     msg = (f"does not fit: needs {format_bytes(gfit.total_bytes)} per GPU, has {format_bytes(gfit.memory_bytes)}"
            + (" free" if gfit.capacity_source == "probe-free" else ""))
     alternative, need = _sharded_need(gfit, req, cfg)
-    if need is not None:
+    if need is not None and within_node(alternative) and need > NODE_GPUS:
+        msg += f"; even {strategy_label(alternative, cfg.mode)} over a node's {NODE_GPUS} GPUs does not hold it"
+    elif need is not None:
         msg += f"; with {strategy_label(alternative, cfg.mode)} it needs {need} GPUs"
     return msg
 

@@ -9,6 +9,7 @@ from gpusizer.render.common import NA, columns, fit_table, fmt, fmt_ratio, show_
 from gpusizer.units import format_bytes, format_count
 
 if TYPE_CHECKING:
+    from rich.console import Group
     from rich.table import Table
     from rich.text import Text
 
@@ -143,34 +144,52 @@ def gpu_detail(gpu: Gpu, formulas: Mapping[str, str] | None = None, width: int |
     return table if width is None else fit_table(table, width)
 
 
-def comparison_table(comparison: Comparison, width: int | None = None, *, stacked: bool = False) -> Table:
-    """The GPUs side by side, each value with its ratio to the first GPU's; ``width``: fit that
-    many columns, putting each ratio under its value when a line would not hold both."""
-    from rich.table import Table
+def comparison_table(comparison: Comparison, width: int | None = None) -> Table | Group:
+    """The GPUs side by side, each value with its ratio to the first GPU's. ``width``: fit that
+    many columns: each ratio goes under its value when a line cannot hold both, and GPUs that
+    still do not fit go on to further tables, the first GPU's values repeated in each."""
+    from rich.console import Group
 
     from gpusizer.render.common import _minimum_width
 
+    gpus = list(range(len(comparison.gpus)))
+    if width is None:
+        return _comparison_part(comparison, gpus, stacked=False)
+    for stacked in (False, True):
+        table = fit_table(_comparison_part(comparison, gpus, stacked), width)
+        if _minimum_width(table) <= width:
+            return table
+    for size in range(len(gpus) - 1, 1, -1):  # the first GPU and size - 1 others a table
+        others = gpus[1:]
+        parts = [[0, *others[i:i + size - 1]] for i in range(0, len(others), size - 1)]
+        tables = [fit_table(_comparison_part(comparison, cols, True, (n, len(parts))), width)
+                  for n, cols in enumerate(parts, 1)]
+        if all(_minimum_width(t) <= width for t in tables):
+            return Group(*tables)
+    return table  # (one GPU a table does not fit either: fit_table's caption says cells are cut)
+
+
+def _comparison_part(comparison: Comparison, cols: list[int], stacked: bool,
+                     part: tuple[int, int] | None = None) -> Table:
+    from rich.table import Table
+
     first = comparison.gpus[0].id
-    table = Table(title=f"Side by side (ratios against {first})", title_justify="left")
+    title = f"Side by side (ratios against {first})" + (f", part {part[0]} of {part[1]}" if part else "")
+    table = Table(title=title, title_justify="left")
     table.add_column("", min_width=12)
-    for gpu in comparison.gpus:
-        table.add_column(gpu.id, justify="right")
+    for i in cols:
+        table.add_column(comparison.gpus[i].id, justify="right")
     for row in comparison.rows:
         cells = []
-        for i, (value, ratio) in enumerate(zip(row.values, row.ratios, strict=True)):
-            text = fmt(value)
-            if i > 0 and ratio is not None:
-                text += ("\n" if stacked else " ") + f"({fmt_ratio(ratio)})"
+        for i in cols:
+            text = fmt(row.values[i])
+            if i > 0 and row.ratios[i] is not None:
+                text += ("\n" if stacked else " ") + f"({fmt_ratio(row.ratios[i])})"
             cells.append(text)
         table.add_row(row.label, *cells)
     for _, label, values in comparison.facts:
-        table.add_row(label, *(fmt(v) for v in values))
-    if width is None:
-        return table
-    fitted = fit_table(table, width)
-    if not stacked and _minimum_width(fitted) > width:
-        return comparison_table(comparison, width, stacked=True)
-    return fitted
+        table.add_row(label, *(fmt(values[i]) for i in cols))
+    return table
 
 
 #: The zoo table's columns a narrow terminal leaves out, first to last.

@@ -197,11 +197,11 @@ def fit_table(table: Table, width: int, drop: Sequence[str] = ()) -> Table:
     order, until it fits, and the caption says which went (``--json`` and a wider terminal show
     them).
     """
-    fixed = [c for c in table.columns if (c.justify == "right" or c.no_wrap) and c.width is None]
+    fixed = [c for c in table.columns if c.width is None and (c.justify == "right" or c.no_wrap or _one_word(c))]
     for whole in (True, False):  # every cell on one line if that fits; else words in these columns may wrap
         for column in fixed:
-            column.width = max(_whole_width(c, whole or column.no_wrap or c is column.header)
-                               for c in [column.header, *column._cells])
+            head = _whole_width(column.header, True) if whole else max(map(len, str(column.header).split() or [""]))
+            column.width = max([head, *(_whole_width(c, whole or column.no_wrap) for c in column._cells)])
         if _minimum_width(table) <= width:
             break
     original = list(table.columns)
@@ -224,11 +224,21 @@ def fit_table(table: Table, width: int, drop: Sequence[str] = ()) -> Table:
             gone.remove(column)
     lay(gone)
     dropped = [str(c.header) for c in gone]
+    words = []
     if dropped:
-        words = f"Left out at {width} columns: {', '.join(dropped)} (a wider terminal or --json shows them)."
-        table.caption = f"{table.caption} {words}" if table.caption else words
+        words.append(f"Left out at {width} columns: {', '.join(dropped)} (a wider terminal or --json shows them).")
+    if _minimum_width(table) > width:
+        words.append(f"Too narrow for this table at {width} columns: some cells are cut (a wider terminal or --json "
+                     "shows them whole).")
+    if words:
+        table.caption = " ".join([*([str(table.caption)] if table.caption else []), *words])
         table.caption_justify = "left"
     return table
+
+
+def _one_word(column: Any) -> bool:
+    """Whether every cell of ``column`` is one word (yes, no, n/a): it cannot wrap, only be cut."""
+    return all(not isinstance(c, Bar) and len(_plain(c).split()) <= 1 for c in column._cells)
 
 
 def _whole_width(cell: object, no_wrap: bool) -> int:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from gpusizer.domain.parallelism import within_node
+from gpusizer.domain.parallelism import NODE_GPUS, within_node
 from gpusizer.render.common import NA, bar, columns, fmt, show_bool, show_value, wrap_note
 from gpusizer.units import format_bytes, format_count, format_duration
 
@@ -144,21 +144,23 @@ def table_rows(
     return headers, rows, numeric
 
 
-def fitted_table(rec: Recommendation, results: Sequence[GpuResult], width: int | None) -> tuple[str, list[str]]:
+def fitted_table(rec: Recommendation, results: Sequence[GpuResult],
+                 width: int | None) -> tuple[str, list[str], list[str]]:
     """The ranking table laid out within ``width`` columns: the bars go first, then the key-spec
-    columns (least important first), then value and fits; numbers are never cut. None: every column."""
+    columns (least important first), then value and fits; numbers are never cut. None: every column.
+    Returns the header line, the row lines and the headers of the columns left out."""
     for bars in (True, False):
         headers, rows, numeric = table_rows(rec, results, bars=bars)
         _, head, lines = columns(headers, rows, numeric, None)
         if width is None or max(len(x) for x in (head, *lines)) <= width:
-            return head, lines
+            return head, lines, []
     n_keys = len(rec.key_fields)
     fits_col, value_col = 3 + n_keys, len(headers) - 1
     # the key specs go first (least important first), then value (unless it is the sort key), fits and score
     drop_order = [*(3 + i for i in reversed(range(n_keys))), *([value_col] if rec.sort != "value" else []),
                   fits_col, 2]
-    _, head, lines = columns(headers, rows, numeric, width, drop_order)
-    return head, lines
+    kept, head, lines = columns(headers, rows, numeric, width, drop_order)
+    return head, lines, [headers[i] for i in range(len(headers)) if i not in kept]
 
 
 def reason_lines(r: GpuResult, limit: int | None = 3) -> list[str]:
@@ -195,15 +197,21 @@ def short_reasons(r: GpuResult, limit: int = 3) -> list[str]:
 
 def ranking_text(rec: Recommendation, *, reasons: int | None = 3, width: int | None = None,
                  explain: bool = True) -> str:
-    """The ranking table with reasons under each row: every reason's wording with ``explain``,
-    else one line of points and values and the first caution."""
-    head, lines = fitted_table(rec, rec.ranked, width)
+    """The ranking table with reasons under each row: every reason's wording with ``explain``
+    (wrapped, never cut), else one line of points and values and the first caution."""
+    head, lines, gone = fitted_table(rec, rec.ranked, width)
     indent = " " * 4
     out = [head, "-" * len(head)]
     for r, line in zip(rec.ranked, lines, strict=True):
         out.append(line)
-        shown = reason_lines(r, reasons) if explain else short_reasons(r)
-        out.extend(_fit_words(indent + reason, width) for reason in shown)
+        if explain:
+            out += [wrap_note(reason.lstrip(), width, lead=indent) if width else indent + reason.lstrip()
+                    for reason in reason_lines(r, reasons)]
+        else:
+            out += [_fit_words(indent + reason, width) for reason in short_reasons(r)]
+    if gone:
+        out.append(wrap_note(f"{', '.join(gone)} (a wider terminal or --json shows them)", width or 200,
+                             lead=f"Left out at {width} columns: "))
     return "\n".join(out)
 
 
@@ -229,10 +237,6 @@ def excluded_text(rec: Recommendation) -> str:
         reasons = "; ".join(f"[{f.rule}] {f.message}" for f in r.excluded_by)
         out.append(f"  {r.label.ljust(width)}  {reasons}")
     return "\n".join(out)
-
-
-#: A node's GPUs: a sharded run needing more is suggested as whole nodes.
-NODE_GPUS = 8
 
 
 def sharded_flags(rec: Recommendation, strategy: str, gpus: int) -> str | None:
@@ -289,13 +293,13 @@ def next_steps(rec: Recommendation, most: int = 3) -> list[str]:
         flags = sharded_flags(rec, opt.strategy, opt.gpus)
         if flags is not None:
             out.append(f"  add {flags}: fits on {_gpu_list(opt.gpu_ids, 3)}")
-    counts: dict[str, int] = {}
+    alone: dict[str, int] = {}  # GPUs a constraint alone excludes: relaxing it lets them qualify
     for r in rec.excluded:
-        for flag in r.excluded_by:
-            if flag.kind != "fit":
-                counts[flag.rule] = counts.get(flag.rule, 0) + 1
-    for rule, n in sorted(counts.items(), key=lambda kv: -kv[1]):
-        out.append(f"  relax the {rule} constraint: it excludes {n} GPUs")
+        rules = {flag.rule for flag in r.excluded_by}
+        if len(rules) == 1 and r.excluded_by[0].kind != "fit":
+            alone[r.excluded_by[0].rule] = alone.get(r.excluded_by[0].rule, 0) + 1
+    for rule, n in sorted(alone.items(), key=lambda kv: -kv[1]):
+        out.append(f"  relax the {rule} constraint: {n} GPU{'s' if n > 1 else ''} fail only it")
     return out[:most]
 
 
@@ -390,7 +394,8 @@ def recommend_renderables(
     elif rec.excluded:
         summary = "Excluded" if rec.ranked else "Why"
         parts += [Text("")] if str(parts[-1]) else []
-        parts.append(Text(f"{summary} ({len(rec.excluded)} GPUs; --explain lists each):"))
+        parts.append(Text(f"{summary}: {len(rec.excluded)} GPUs excluded, some for several reasons (--explain "
+                          "lists each):"))
         parts += [Text(line) for line in exclusion_summary(rec, width)]
     if not rec.ranked and next_steps(rec):
         parts += [Text(""), Text("Next, try:", style="bold"), *(Text(line) for line in next_steps(rec))]
