@@ -71,8 +71,6 @@ def recommend(
     >>> all(cat.resolve(g.gpu_id).gpu.ecc for g in r.results.ranked)
     True
     """
-    from gpusizer.domain.run import RunConfig
-    from gpusizer.memory.estimate import resolved_input
     from gpusizer.ranking.rules import load_rules
     from gpusizer.ranking.search import recommend as _recommend
 
@@ -107,7 +105,7 @@ def recommend(
         rec = rec.model_copy(update={"plan": _plan(preq, candidates, ruleset, req, reference, cat, cache_dir)})
     inputs = {
         **_inputs(req, rec, preq, probe is not None), "batch": batch, "seq_len": seq_len, "image_size": image_size,
-        **(resolved_input(shape, RunConfig(seq_len=seq_len, image_size=image_size)) if shape is not None else {}),
+        **_input_size(shape, reference, wl, seq_len, image_size),
         "interconnect": interconnect, "max_cost_usd": max_cost, "budget_per_hour_usd": budget_per_hour,
         "rules_files": list(ruleset.files), "catalog_files": list(cat.files),
     }
@@ -234,3 +232,18 @@ def _plan_request(
     objective = {"deadline": "deadline", "max_cost": "max-cost", "budget_per_hour": "budget-per-hour"}[cloud[0]]
     return PlanRequest(objective=objective, deadline_hours=hours, max_cost_usd=max_cost,
                        budget_per_hour_usd=budget_per_hour, tokens=amount.tokens, samples=amount.samples, top=top)
+
+
+def _input_size(shape: ModelShape | None, reference: ModelShape | None, wl: Workload, seq_len: int | None,
+                image_size: int | None) -> dict[str, int | None]:
+    """The input size the speed column times: the model's, else the workload's reference model's
+    at the workload's size; nothing without either."""
+    from gpusizer.domain.run import RunConfig
+    from gpusizer.memory.estimate import resolved_input
+
+    if shape is not None:
+        return resolved_input(shape, RunConfig(seq_len=seq_len, image_size=image_size))
+    if reference is not None:
+        return resolved_input(reference, RunConfig(seq_len=seq_len or wl.speed.seq_len,
+                                                   image_size=image_size or wl.speed.image_size))
+    return {}

@@ -78,6 +78,10 @@ def _clean_hook() -> Any:
     return CleanHook()
 
 
+#: The narrowest layout: a smaller COLUMNS is read as this.
+MIN_WIDTH = 40
+
+
 def make_console(*, stderr: bool = False, no_color: bool = False) -> Console:
     import os
 
@@ -85,9 +89,14 @@ def make_console(*, stderr: bool = False, no_color: bool = False) -> Console:
 
     kwargs: dict[str, Any] = {"stderr": stderr, "highlight": False, "markup": False, "emoji": False}
     stream = sys.stderr if stderr else sys.stdout
-    if not os.environ.get("COLUMNS") and not (hasattr(stream, "isatty") and stream.isatty()):
+    columns = os.environ.get("COLUMNS", "").strip()
+    if not columns and not (hasattr(stream, "isatty") and stream.isatty()):
         # Piped or redirected: no terminal to fit, so do not squeeze tables to 80 columns.
         kwargs["width"] = 200
+    elif columns:
+        # COLUMNS as given, but never below MIN_WIDTH: nothing lays out in fewer (rich prints
+        # nothing at 0); not a number: the terminal's own width
+        kwargs["width"] = max(MIN_WIDTH, int(columns)) if columns.isdigit() else None
     if no_color:
         kwargs["no_color"] = True
         kwargs["color_system"] = None
