@@ -426,3 +426,13 @@ def test_compare_with_a_model_that_does_not_fit_says_why(cli_json):
 def test_compare_a_workload_without_a_model_in_the_performance_model_is_refused(cli):
     result = cli("compare", "v100", "a100", "--workload", "hpc")
     assert result.exit_code == 2 and "no model in the performance model" in result.stderr
+
+
+@pytest.mark.parametrize("workload", ["cnn", "transformer", "llm-inference"])
+def test_compare_speed_is_recommends_speed_column(cli_json, workload):
+    """compare --workload and recommend time the same run (the workload's reference model, mode,
+    precision and batch): GPU by GPU the figures are equal."""
+    gpus = ("rtx-4090", "a100-sxm4-80gb")
+    row = cli_json("compare", *gpus, "--workload", workload)["results"]["rows"][0]
+    ranked = {r["gpu_id"]: r for r in cli_json("recommend", "--workload", workload, "--top", "200")["results"]["ranked"]}
+    assert row["values"] == [ranked[g]["speed"]["throughput_per_s"] for g in gpus]

@@ -182,6 +182,14 @@ def _readme_examples() -> list[tuple[str, list[str]]]:
     return examples
 
 
+def test_the_readme_examples_are_found():
+    """The example test below runs what it finds: it must find the README's examples, each with
+    output lines to check (recommend, fit-model, estimate, and probe without a driver; the run on
+    the fake NVML library needs the library built, which tests/test_probe.py does)."""
+    examples = _readme_examples()
+    assert len(examples) >= 4 and all(any(line != "..." for line in shown) for _, shown in examples)
+
+
 @pytest.mark.parametrize("command,shown", _readme_examples(), ids=lambda v: v if isinstance(v, str) else "")
 def test_readme_example_is_real_output(installed, command, shown):
     """The lines each README example shows appear, in order, in the command's output at

@@ -154,9 +154,7 @@ def sharding_advice(mode: str) -> str:
 def gpus_per_node_for(strategy: str, shard_gpus: int, nodes: int) -> int:
     """GPUs per node that give a model ``shard_gpus`` shards: tensor parallelism puts
     them all in each node; ZeRO and FSDP spread them over the nodes."""
-    if Parallelism.of_cluster(strategy, 2, 1).tp > 1:
-        return shard_gpus
-    return -(-shard_gpus // nodes)
+    return shard_gpus if within_node(strategy) else -(-shard_gpus // nodes)
 
 
 def within_node(strategy: str) -> bool:

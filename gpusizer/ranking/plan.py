@@ -34,8 +34,6 @@ from gpusizer.ranking.rules import RuleSet
 from gpusizer.ranking.search import Candidate, GpuResult, RecommendRequest, recommend
 from gpusizer.units import format_count, format_duration
 
-#: the node sizes a purchase is built from: an 8-GPU server is the largest common PCIe or HGX node
-MAX_GPUS_PER_NODE = NODE_GPUS
 #: cloud node counts tried: 1, 2, 4, ... up to this
 MAX_NODES = 128
 
@@ -58,17 +56,17 @@ def plan_purchase(
             continue
         gpu = by_id[res.gpu_id].gpu
         # several nodes only for GPUs that reach across nodes with GPUDirect RDMA; others stay in one box
-        most = MAX_GPUS_PER_NODE * (MAX_NODES if gpu.gpudirect_rdma else 1)
+        most = NODE_GPUS * (MAX_NODES if gpu.gpudirect_rdma else 1)
         count = min(int(budget // res.price.usd), most)
         if gpu.is_sxm:
             # SXM modules are sold on HGX boards of eight
-            count -= count % MAX_GPUS_PER_NODE
+            count -= count % NODE_GPUS
             if count == 0:
                 continue
         # all the budget buys, and the largest power of two below it (tensor parallelism must divide the heads)
         options = []
         for n in dict.fromkeys((count, 1 << (count.bit_length() - 1))):
-            gpn = min(n, MAX_GPUS_PER_NODE)
+            gpn = min(n, NODE_GPUS)
             considered += 1
             cfg = _assess(by_id[res.gpu_id], rules, req, gpn, n // gpn, reference, pool)
             if cfg is not None:
@@ -78,7 +76,7 @@ def plan_purchase(
     configs.sort(key=lambda c: (-c.throughput_per_s, -c.score, c.gpu_id))
     unit = configs[0].unit if configs else "throughput"
     notes = ("GPU prices only (street, else launch): no hosts, power or networking",
-             f"as many as the budget buys, {MAX_GPUS_PER_NODE} a node (SXM: boards of {MAX_GPUS_PER_NODE}); "
+             f"as many as the budget buys, {NODE_GPUS} a node (SXM: boards of {NODE_GPUS}); "
              "nodes need RDMA")
     return Plan(objective="budget", goal=f"the most {unit} for ${budget:,.0f} of GPUs",
                 configurations=_numbered(configs, preq.top), considered=considered, met=len(configs),

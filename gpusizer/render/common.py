@@ -78,7 +78,8 @@ def _clean_hook() -> Any:
     return CleanHook()
 
 
-#: The narrowest layout: a smaller COLUMNS is read as this.
+#: The narrowest layout, a choice rather than a measurement: the longest catalog id (29
+#: characters) and one figure beside it; a smaller COLUMNS is read as this.
 MIN_WIDTH = 40
 
 
