@@ -118,6 +118,41 @@ def test_every_option_sits_in_a_panel_with_a_human_metavar(path: list[str], cmd:
                                                                                                   param.metavar)
 
 
+@pytest.mark.parametrize(("path", "cmd"), TREE, ids=IDS)
+def test_help_at_80_columns_lists_every_option_whole(path: list[str], cmd: Any) -> None:
+    """At 80 columns each option's help sits beside or under it (cli/helpfmt.py), so no line passes
+    80 characters, no option name or word is cut to an ellipsis, every option appears whole with
+    its metavar, and the help text keeps a column of at least 40 characters."""
+    # a process of its own: typer reads the terminal width once, when it is first imported
+    env = {k: v for k, v in os.environ.items() if k not in ("TERMINAL_WIDTH", "LINES")} | {"COLUMNS": "80"}
+    result = subprocess.run([sys.executable, "-m", "gpusizer", *path, "--help"], capture_output=True, text=True,
+                            env=env, timeout=60)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert all(len(line) <= 80 for line in lines), [line for line in lines if len(line) > 80]
+    assert "…" not in result.stdout
+    body = "\n".join(lines)
+    for param in cmd.params:
+        if param.hidden or param.param_type_name == "argument":
+            continue
+        for name in [*param.opts, *param.secondary_opts]:
+            assert re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", body), (path, name)
+        if not param.is_flag and param.metavar:
+            long = [o for o in param.opts if o.startswith("--")][-1]
+            assert f"{long} {param.metavar}" in body, (path, param.opts, param.metavar)
+    # the help column: text beside an option starts at most 2 + 26 + 2 characters in
+    starts = [len(m.group(1)) for m in re.finditer(r"^(│ [*-]\S*(?: \S+)*?  +)[^\s│]", body, re.M)]
+    assert not starts or max(starts) <= 2 + 26 + 2, (path, max(starts))
+
+
+def test_help_at_120_columns_keeps_typers_table() -> None:
+    """From 100 columns on, typer's own table is kept: the type sits in a column of its own."""
+    env = {k: v for k, v in os.environ.items() if k not in ("TERMINAL_WIDTH", "LINES")} | {"COLUMNS": "120"}
+    result = subprocess.run([sys.executable, "-m", "gpusizer", "estimate", "--help"], capture_output=True,
+                            text=True, env=env, timeout=60)
+    assert re.search(r"│ --batch +N +", result.stdout), result.stdout
+
+
 def test_panels_are_one_list_in_panel_order() -> None:
     """Every command's panels appear in the order of options.PANELS."""
     for path, _cmd in TREE:

@@ -103,7 +103,7 @@ def catalog_show(
 @guarded
 def compare_cmd(
     ctx: typer.Context,
-    gpus: Annotated[list[str], typer.Argument(metavar="GPU...", autocompletion=complete_gpu, help="Two or more GPU names; ratios are against the first.")],
+    gpus: Annotated[list[str], typer.Argument(metavar="GPU", autocompletion=complete_gpu, help="Two or more GPU names; ratios are against the first.")],
     workload: Annotated[str | None, typer.Option(
         "--workload", metavar="WORKLOAD", rich_help_panel=MODEL,
         help="Add each GPU's modelled speed for this workload (its reference model and settings, "

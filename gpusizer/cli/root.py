@@ -30,6 +30,7 @@ import typer.main
 from typer.core import TyperGroup
 
 from gpusizer import __version__
+from gpusizer.cli.helpfmt import with_stacked_help
 from gpusizer.cli.options import OUTPUT, PANELS, examples
 from gpusizer.errors import ExitCode, GpusizerError
 
@@ -360,6 +361,7 @@ def humanise(command: Any) -> Any:
     order = {panel: i for i, panel in enumerate(PANELS)}
     command.params.sort(key=lambda p: (p.param_type_name != "argument",
                                        order.get(getattr(p, "rich_help_panel", None) or "", len(order))))
+    command.format_help = with_stacked_help(command.format_help)
     commands = getattr(command, "commands", {})
     for sub in () if isinstance(commands, LazyCommands) else commands.values():
         humanise(sub)
