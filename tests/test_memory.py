@@ -374,3 +374,56 @@ def test_params_only_model_has_no_invented_largest_batch(cli, cli_json):
 def test_a_repeated_memory_size_is_checked_once(cli_json):
     doc = cli_json("fit-model", "--params", "60M", "--memory", "6GB", "--memory", "6GB")
     assert doc["input"]["gpus_checked"] == ["6GB card"]
+
+
+# --------------------------------------------------------------------------
+# what would fit: fit-model's remedies (memory/fit.py, REMEDIES)
+
+REMEDY_RUNS = [
+    # "Can I fine-tune a 7B model on my 24 GB card?" (issue 16): LoRA needs checkpointing or QLoRA
+    ("llama-3.1-8b", "--lora", "16", "--gpu", "rtx4090"),
+    # full training of a 7B model does not fit a 24 GB card however it is run; LoRA does
+    ("llama-2-7b", "--gpu", "rtx4090"),
+    # serving a 70B model on a 48 GB card: int4 weights
+    ("llama-3.1-70b", "--inference", "--gpu", "rtx-a6000"),
+    # a batch too large for a small card: the largest micro-batch that divides it
+    ("resnet50", "--memory", "2GB", "--batch", "256"),
+]
+
+
+@pytest.mark.parametrize("run", REMEDY_RUNS, ids=[r[0] for r in REMEDY_RUNS])
+def test_each_remedy_is_what_its_command_line_gives(cli_json, run):
+    """Where a run fits on no GPU (exit 4), fit-model lists changes that would fit, and each is
+    exactly what running with those options gives: the same peak, on the same GPUs, with the
+    same largest batch. The verdict names the first."""
+    doc = cli_json("fit-model", "--model", *run, code=4)
+    res = doc["results"]
+    assert res["fits_on"] == [] and 1 <= len(res["remedies"]) <= 3
+    first = res["remedies"][0]
+    assert f"with {' '.join(first['options'])} it needs" in res["verdict"]
+    for remedy in res["remedies"]:
+        words = [w for option in remedy["options"] for w in option.split()]
+        changed = cli_json("fit-model", "--model", *run, *words)["results"]
+        assert changed["breakdown"]["total_bytes"] == remedy["total_bytes"], remedy
+        assert changed["fits_on"] == remedy["fits_on"], remedy
+        smallest = next(g for g in changed["gpus"] if (g["gpu_id"] or g["gpu_name"]) == remedy["fits_on"][0])
+        assert smallest["max_batch"] == remedy["max_batch"], remedy
+
+
+def test_remedies_for_a_lora_run_on_a_24gb_card(cli_json):
+    """Llama 3.1 8B, LoRA rank 16, 2,048 tokens on an RTX 4090: the activations of backprop through
+    the frozen base do not fit beside its 16-bit weights; recomputing them does (batch 1), and so
+    does a 4-bit base; a micro-batch change cannot help at batch 1."""
+    res = cli_json("fit-model", "--model", "llama-3.1-8b", "--lora", "16", "--gpu", "rtx4090", code=4)["results"]
+    assert [r["options"] for r in res["remedies"]] == [["--checkpointing"], ["--qlora"]]
+    assert all(r["max_batch"] == 1 for r in res["remedies"])
+
+
+def test_a_batch_remedy_keeps_the_samples_per_step(cli_json):
+    res = cli_json("fit-model", "--model", "resnet50", "--memory", "2GB", "--batch", "256", code=4)["results"]
+    batch, steps = (int(o.split()[1]) for o in res["remedies"][0]["options"])
+    assert batch * steps == 256 and batch <= res["remedies"][0]["max_batch"] < 2 * batch
+
+
+def test_nothing_is_suggested_when_the_run_fits(cli_json):
+    assert cli_json("fit-model", "--model", "resnet50", "--gpu", "a100")["results"]["remedies"] == []

@@ -19,6 +19,7 @@ from gpusizer.memory.fit import (
     Capacity,
     FitReport,
     GpuFit,
+    Remedy,
     capacities_from_catalog,
     capacities_from_probe,
     capacities_from_sizes,
@@ -45,6 +46,9 @@ class FitResults(BaseModel):
     verdict: str
     #: exact mode: the traced step at the run's batch (null otherwise)
     trace: ExactTrace | None = None
+    #: when it fits on no GPU checked: the smallest changes that make it fit, each measured
+    #: (options in command-line words, peak per GPU, the GPUs that hold it, the largest batch)
+    remedies: tuple[Remedy, ...] = ()
 
 #: The range a card's memory may be given in: 64 MiB to 64 TiB.
 _CARD_BYTES = (1 << 26, 1 << 46)
@@ -162,7 +166,7 @@ def fit_model(
     results = FitResults(
         model=report.model_name, params=report.params, method=report.method, breakdown=report.breakdown,
         gpus=report.gpus, fits_on=tuple(g.gpu_id or g.gpu_name for g in report.gpus if g.fits),
-        verdict=report.verdict, trace=traced,
+        verdict=report.verdict, trace=traced, remedies=report.remedies,
     )
     return FitModelResult(input=inputs, results=results, notes=(*notes, *report.notes), report=report)
 

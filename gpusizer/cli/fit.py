@@ -176,13 +176,15 @@ def _print_fit(ctx: typer.Context, result: FitModelResult, json_out: bool, top: 
 
         emit_json(result.document())
     else:
-        from gpusizer.render.fit import breakdown_table, gpu_table
+        from gpusizer.render.fit import breakdown_table, gpu_table, remedy_lines
 
         _warn(ctx, result.notes)
         console = _console(ctx)
         console.print(breakdown_table(result.report, width=console.width, inputs=result.input))
         console.print(gpu_table(result.report, limit=top, width=console.width))
         console.print(f"Verdict: {result.results.verdict}", markup=False)
+        for line in remedy_lines(result.report, console.width):
+            console.print(line, markup=False, highlight=False)
     report_note(ctx)
     if not result.fits:
         raise typer.Exit(int(ExitCode.NOTHING_FITS))

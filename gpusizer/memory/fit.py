@@ -8,14 +8,17 @@ configuration, and returns a frozen report. All memory arithmetic is in
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from typing import Literal
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from gpusizer.domain.finetune import Adapter
 from gpusizer.domain.parallelism import layout_words, sharding_advice, shards_weights, strategy_label
+from gpusizer.domain.precision import ADAPTER_BASE_PRECISION
 from gpusizer.domain.run import RunConfig
 from gpusizer.domain.shape import ModelShape
+from gpusizer.errors import UsageError
 from gpusizer.hardware.catalog import Gpu
 from gpusizer.memory.estimate import (
     MemoryBreakdown,
@@ -68,6 +71,22 @@ class GpuFit(BaseModel):
     min_gpus_reason: str | None = None
 
 
+class Remedy(BaseModel):
+    """A change to the run that makes it fit on a GPU checked, where the run as given fits on
+    none: the change in command-line words and what the same memory model says of it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    #: the options that make the change, e.g. ("--checkpointing", "--loss chunked")
+    options: tuple[str, ...]
+    #: peak memory per GPU with the change
+    total_bytes: int
+    #: ids (or names) of the GPUs checked that hold it
+    fits_on: tuple[str, ...]
+    #: the largest per-GPU batch with the change, on the smallest of those GPUs
+    max_batch: int | None
+
+
 class FitReport(BaseModel):
     model_config = ConfigDict(frozen=True)
 
@@ -79,6 +98,8 @@ class FitReport(BaseModel):
     gpus: tuple[GpuFit, ...]
     verdict: str
     notes: tuple[str, ...] = ()
+    #: when the run fits on no GPU checked: the smallest changes that make it fit (see REMEDIES)
+    remedies: tuple[Remedy, ...] = ()
 
     @property
     def fitting(self) -> tuple[GpuFit, ...]:
@@ -118,18 +139,22 @@ def fit_one(shape: ModelShape, cfg: RunConfig, cap: Capacity, breakdown: MemoryB
     )
 
 
-def fit_model(shape: ModelShape, cfg: RunConfig, capacities: Sequence[Capacity]) -> FitReport:
-    """Fit one model and run configuration against each GPU."""
+def fit_model(shape: ModelShape, cfg: RunConfig, capacities: Sequence[Capacity], *,
+              suggest: bool = True) -> FitReport:
+    """Fit one model and run configuration against each GPU; when it fits on none (and
+    ``suggest``), the changes that would make it fit (:func:`remedies`)."""
     breakdown = estimate_memory(shape, cfg)
     results = tuple(fit_one(shape, cfg, cap, breakdown) for cap in capacities)
+    changes = () if not suggest or any(r.fits for r in results) else remedies(shape, cfg, capacities)
     return FitReport(
+        remedies=changes,
         model_name=shape.name,
         params=shape.params,
         method="physics",
         config=cfg,
         breakdown=breakdown,
         gpus=results,
-        verdict=verdict(results, cfg, breakdown),
+        verdict=verdict(results, cfg, breakdown, changes),
         notes=breakdown.notes,
     )
 
@@ -171,7 +196,10 @@ def fit_rule_of_thumb(shape: ModelShape, cfg: RunConfig, capacities: Sequence[Ca
     )
 
 
-def verdict(results: Sequence[GpuFit], cfg: RunConfig, breakdown: MemoryBreakdown) -> str:
+def verdict(results: Sequence[GpuFit], cfg: RunConfig, breakdown: MemoryBreakdown,
+            changes: Sequence[Remedy] = ()) -> str:
+    """The answer in one line; where nothing fits, the first of ``changes`` (:func:`remedies`) that
+    would, else sharding, else what to try."""
     need = format_bytes(breakdown.total_bytes)
     per = f"per GPU on {layout_words(cfg.strategy, cfg.gpus, cfg.mode)}" if cfg.gpus > 1 else ""
     fitting = [r for r in results if r.fits]
@@ -193,6 +221,10 @@ def verdict(results: Sequence[GpuFit], cfg: RunConfig, breakdown: MemoryBreakdow
             f"{best.min_gpus} x "
             f"{best.gpu_id or best.gpu_name}"
         )
+    if changes:
+        first = changes[0]
+        return (f"needs {need} {per}".rstrip() + f"; fits on no GPU as configured; with {' '.join(first.options)} "
+                f"it needs {format_bytes(first.total_bytes)} and fits on {first.fits_on[0]}")
     ideas = []
     if not shards_weights(cfg.strategy):
         ideas.append(sharding_advice(cfg.mode))
@@ -205,6 +237,135 @@ def verdict(results: Sequence[GpuFit], cfg: RunConfig, breakdown: MemoryBreakdow
     if cfg.batch > 1:
         ideas.append("a smaller batch")
     return f"needs {need} {per}".rstrip() + f"; fits on no GPU as configured (try {', '.join(ideas)})"
+
+
+_Update = Callable[[ModelShape, RunConfig], dict[str, Any] | None]
+
+
+def _set(**update: Any) -> _Update:
+    """A change that sets RunConfig fields, tried when they differ from the run's."""
+    return lambda shape, cfg: None if all(getattr(cfg, k) == v for k, v in update.items()) else update
+
+
+def _training(change: _Update) -> _Update:
+    return lambda shape, cfg: change(shape, cfg) if cfg.mode == "train" else None
+
+
+def _chunked_loss(shape: ModelShape, cfg: RunConfig) -> dict[str, Any] | None:
+    """Chunked cross-entropy matters where there are vocabulary logits to keep."""
+    lm = cfg.mode == "train" and cfg.head == "lm" and shape.transformer is not None and cfg.loss == "full"
+    return {"loss": "chunked"} if lm else None
+
+
+def _eight_bit_adam(shape: ModelShape, cfg: RunConfig) -> dict[str, Any] | None:
+    """8-bit Adam (bitsandbytes) where full training keeps Adam's two fp32 moments."""
+    return {"optimizer": "adam8bit"} if cfg.mode == "train" and cfg.adapter is None and cfg.optimizer in (
+        "adam", "adamw") else None
+
+
+def _qlora(shape: ModelShape, cfg: RunConfig) -> dict[str, Any] | None:
+    """A LoRA run's frozen base in 4-bit NF4 (QLoRA), with the same adapters."""
+    if cfg.adapter is None or cfg.adapter.base_quantisation is not None:
+        return None
+    return {"adapter": cfg.adapter.model_copy(update={"base_quantisation": "nf4"})}
+
+
+def _lora(shape: ModelShape, cfg: RunConfig) -> dict[str, Any] | None:
+    """Full training of a transformer replaced by LoRA rank 16 on a frozen 16-bit base (the
+    precision LoRA runs default to: ADAPTER_BASE_PRECISION)."""
+    full = cfg.mode == "train" and cfg.adapter is None and shape.transformer is not None
+    return {"adapter": Adapter(rank=16), "precision": ADAPTER_BASE_PRECISION} if full else None
+
+
+def _full_to_qlora(shape: ModelShape, cfg: RunConfig) -> dict[str, Any] | None:
+    """Full training of a transformer replaced by QLoRA rank 16 (a 4-bit NF4 base)."""
+    update = _lora(shape, cfg)
+    return update and {**update, "adapter": Adapter(rank=16, base_quantisation="nf4")}
+
+
+def _quantised(precision: str) -> _Update:
+    """Serving weights in int8 or int4 (weight-only quantisation) instead of 16 bits or more."""
+    return lambda shape, cfg: ({"precision": precision} if cfg.mode == "inference" and cfg.weight_format is None
+                               and cfg.storage.weight_bytes > {"int8": 1, "int4": 0.5}[precision] else None)
+
+
+#: Changes tried when a run fits on no GPU checked, in order: how the step runs before what is
+#: stored, and what is stored before what is trained. Each is (its options, the RunConfig
+#: update it makes, or None where it does not apply to the run). A combination is listed only
+#: where neither of its parts fits alone.
+REMEDIES: tuple[tuple[tuple[str, ...], tuple[_Update, ...]], ...] = (
+    (("--checkpointing",), (_training(_set(checkpointing=True)),)),
+    (("--loss chunked",), (_chunked_loss,)),
+    (("--checkpointing", "--loss chunked"), (_training(_set(checkpointing=True)), _chunked_loss)),
+    (("--kv-cache fp8",), (lambda shape, cfg: {"kv_cache": "fp8"} if cfg.mode == "inference" and shape.transformer
+                           is not None and cfg.kv_cache in ("auto", "fp16", "bf16") else None,)),
+    (("--precision int8",), (_quantised("int8"),)),
+    (("--precision int4",), (_quantised("int4"),)),
+    (("--optimizer adam8bit",), (_eight_bit_adam,)),
+    (("--checkpointing", "--optimizer adam8bit"), (_training(_set(checkpointing=True)), _eight_bit_adam)),
+    (("--qlora",), (_qlora,)),
+    (("--checkpointing", "--qlora"), (_training(_set(checkpointing=True)), _qlora)),
+    (("--offload optimizer",), (_training(_set(offload="optimizer")),)),
+    (("--checkpointing", "--offload optimizer"), (_training(_set(checkpointing=True)),
+                                                  _training(_set(offload="optimizer")))),
+    ((f"--lora 16 --precision {ADAPTER_BASE_PRECISION}", "--checkpointing"),
+     (_lora, _training(_set(checkpointing=True)))),
+    ((f"--qlora --precision {ADAPTER_BASE_PRECISION}", "--checkpointing"),
+     (_full_to_qlora, _training(_set(checkpointing=True)))),
+)
+#: at most this many changes are offered
+MAX_REMEDIES = 3
+
+
+def remedies(shape: ModelShape, cfg: RunConfig, capacities: Sequence[Capacity]) -> tuple[Remedy, ...]:
+    """The first :data:`MAX_REMEDIES` changes of :data:`REMEDIES` that make the run fit on a GPU
+    of ``capacities``, each measured by the memory model: its peak, the GPUs that hold it, and
+    the largest batch on the smallest of them."""
+    found: list[Remedy] = []
+    smaller = _smaller_batch(shape, cfg, capacities)
+    if smaller is not None:
+        found.append(smaller)
+    for options, changes in REMEDIES:
+        updates = [change(shape, cfg) for change in changes]
+        if any(u is None for u in updates) or any(set(r.options) < set(options) for r in found):
+            continue
+        merged: dict[str, Any] = {k: v for u in updates if u for k, v in u.items()}
+        try:
+            changed = RunConfig.model_validate({**dict(cfg), **merged})  # validated, unlike model_copy
+            total = estimate_memory(shape, changed).total_bytes
+        except (UsageError, ValueError):
+            continue  # a change this run cannot take (e.g. offload that needs sharding)
+        holding = sorted((c for c in capacities if total <= c.memory_bytes), key=lambda c: c.memory_bytes)
+        if not holding:
+            continue
+        batch = largest_batch(shape, changed, holding[0].memory_bytes) if shape.arch is not None else None
+        found.append(Remedy(options=options, total_bytes=total, max_batch=batch,
+                            fits_on=tuple(c.gpu.id if c.gpu else c.label for c in holding)))
+        if len(found) == MAX_REMEDIES:
+            break
+    return tuple(found)
+
+
+def _smaller_batch(shape: ModelShape, cfg: RunConfig, capacities: Sequence[Capacity]) -> Remedy | None:
+    """The largest batch that fits on the largest GPU checked, where the run's batch does not;
+    a training run keeps its batch per step by accumulating gradients over micro-batches (the
+    largest micro-batch that divides it, gradients kept between them)."""
+    if cfg.batch <= 1 or shape.arch is None or not capacities:
+        return None
+    biggest = max(capacities, key=lambda c: c.memory_bytes)
+    micro = cfg.model_copy(update={"persistent_grads": True}) if cfg.mode == "train" else cfg
+    largest = largest_batch(shape, micro, biggest.memory_bytes)
+    if largest is None or largest >= cfg.batch:
+        return None
+    batch = largest
+    if cfg.mode == "train":  # the largest micro-batch that divides the batch, so a step sees the same samples
+        batch = max(d for d in range(1, largest + 1) if cfg.batch % d == 0)
+    changed = micro.model_copy(update={"batch": batch})
+    total = estimate_memory(shape, changed).total_bytes
+    options = (f"--batch {batch}",) + ((f"--grad-accumulation {cfg.batch // batch}",) if cfg.mode == "train" else ())
+    holding = sorted((c for c in capacities if total <= c.memory_bytes), key=lambda c: c.memory_bytes)
+    return Remedy(options=options, total_bytes=total, max_batch=largest_batch(shape, changed, holding[0].memory_bytes),
+                  fits_on=tuple(c.gpu.id if c.gpu else c.label for c in holding))
 
 
 def capacities_from_sizes(sizes: Sequence[tuple[str, int]]) -> list[Capacity]:

@@ -749,7 +749,7 @@ def _fit_candidates(run: _Run, candidates: Sequence[Candidate]) -> tuple[dict[st
         return {}, None, ()
     caps = [Capacity(gpu=c.gpu, label=c.label, memory_bytes=c.capacity_bytes, source=c.capacity_source)
             for c in candidates]
-    report = fit_model(run.req.shape, run.mem_cfg, caps)
+    report = fit_model(run.req.shape, run.mem_cfg, caps, suggest=False)  # recommend has its own next steps
     # fit_model answers one GpuFit per capacity, in order
     fits = {c.label: f for c, f in zip(candidates, report.gpus, strict=True)}
     return fits, report.breakdown.total_bytes, tuple(report.notes)

@@ -130,3 +130,25 @@ def gpu_table(report: FitReport, limit: int | None = None, width: int | None = N
             label, mem, show_bool(g.fits), format_bytes(g.headroom_bytes), extra, fmt(g.min_gpus),
         )
     return table if width is None else fit_table(table, width, drop=("headroom",))
+
+
+#: GPUs named on a remedy's line before "and N more"
+REMEDY_GPUS = 3
+
+
+def remedy_lines(report: FitReport, width: int) -> list[str]:
+    """The changes that would make a run that fits nowhere fit (FitReport.remedies), a line each:
+    the options, the peak with them, the GPUs that hold it and the largest batch there."""
+    from gpusizer.render.common import wrap_note
+
+    if not report.remedies:
+        return []
+    lines = ["What would fit, each change measured by the same model:"]
+    for r in report.remedies:
+        gpus = ", ".join(r.fits_on[:REMEDY_GPUS])
+        if len(r.fits_on) > REMEDY_GPUS:
+            gpus += f" and {len(r.fits_on) - REMEDY_GPUS} more"
+        batch = f"; batch up to {r.max_batch:,} there" if r.max_batch is not None else ""
+        text = f"needs {format_bytes(r.total_bytes)}, fits on {gpus}{batch}"
+        lines.append(wrap_note(text, width, lead=f"  {' '.join(r.options)}: "))
+    return lines
