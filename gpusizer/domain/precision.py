@@ -212,6 +212,12 @@ KvCache = Literal["auto", "fp16", "bf16", "fp8", "int8", "int4"]
 KV_CACHE_BYTES: dict[str, float] = {"fp16": 2, "bf16": 2, "fp8": 1, "int8": 1, "int4": 0.5}
 
 
+#: What fit-model offers a served model that fits nowhere (memory/fit.py, REMEDIES), in order:
+#: a one-byte KV cache, then weight-only int8 and int4 storage.
+SMALLER_KV_CACHE: KvCache = "fp8"
+SMALLER_SERVING_PRECISIONS: tuple[StoragePrecision, ...] = ("int8", "int4")
+
+
 def kv_element_bytes(kv_cache: str, activation_bytes: float) -> float:
     """Bytes per KV-cache element: the named format, or the activations' ("auto")."""
     return activation_bytes if kv_cache == "auto" else KV_CACHE_BYTES[kv_cache]

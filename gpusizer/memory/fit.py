@@ -15,7 +15,13 @@ from pydantic import BaseModel, ConfigDict
 
 from gpusizer.domain.finetune import Adapter
 from gpusizer.domain.parallelism import layout_words, sharding_advice, shards_weights, strategy_label
-from gpusizer.domain.precision import ADAPTER_BASE_PRECISION
+from gpusizer.domain.precision import (
+    ADAPTER_BASE_PRECISION,
+    KV_CACHE_BYTES,
+    SMALLER_KV_CACHE,
+    SMALLER_SERVING_PRECISIONS,
+    storage_spec,
+)
 from gpusizer.domain.run import RunConfig
 from gpusizer.domain.shape import ModelShape
 from gpusizer.errors import UsageError
@@ -284,9 +290,16 @@ def _full_to_qlora(shape: ModelShape, cfg: RunConfig) -> dict[str, Any] | None:
 
 
 def _quantised(precision: str) -> _Update:
-    """Serving weights in int8 or int4 (weight-only quantisation) instead of 16 bits or more."""
+    """Serving weights in a smaller weight-only precision (SMALLER_SERVING_PRECISIONS)."""
     return lambda shape, cfg: ({"precision": precision} if cfg.mode == "inference" and cfg.weight_format is None
-                               and cfg.storage.weight_bytes > {"int8": 1, "int4": 0.5}[precision] else None)
+                               and cfg.storage.weight_bytes > storage_spec(precision).weight_bytes else None)
+
+
+def _smaller_kv_cache(shape: ModelShape, cfg: RunConfig) -> dict[str, Any] | None:
+    """A served transformer's KV cache in SMALLER_KV_CACHE where it is kept in more bytes."""
+    wider = cfg.kv_cache == "auto" or KV_CACHE_BYTES[cfg.kv_cache] > KV_CACHE_BYTES[SMALLER_KV_CACHE]
+    return {"kv_cache": SMALLER_KV_CACHE} if cfg.mode == "inference" and shape.transformer is not None and wider \
+        else None
 
 
 #: Changes tried when a run fits on no GPU checked, in order: how the step runs before what is
@@ -297,10 +310,8 @@ REMEDIES: tuple[tuple[tuple[str, ...], tuple[_Update, ...]], ...] = (
     (("--checkpointing",), (_training(_set(checkpointing=True)),)),
     (("--loss chunked",), (_chunked_loss,)),
     (("--checkpointing", "--loss chunked"), (_training(_set(checkpointing=True)), _chunked_loss)),
-    (("--kv-cache fp8",), (lambda shape, cfg: {"kv_cache": "fp8"} if cfg.mode == "inference" and shape.transformer
-                           is not None and cfg.kv_cache in ("auto", "fp16", "bf16") else None,)),
-    (("--precision int8",), (_quantised("int8"),)),
-    (("--precision int4",), (_quantised("int4"),)),
+    ((f"--kv-cache {SMALLER_KV_CACHE}",), (_smaller_kv_cache,)),
+    *(((f"--precision {p}",), (_quantised(p),)) for p in SMALLER_SERVING_PRECISIONS),
     (("--optimizer adam8bit",), (_eight_bit_adam,)),
     (("--checkpointing", "--optimizer adam8bit"), (_training(_set(checkpointing=True)), _eight_bit_adam)),
     (("--qlora",), (_qlora,)),
