@@ -966,7 +966,7 @@ def estimate_memory(shape: ModelShape, cfg: RunConfig) -> MemoryBreakdown:
     host = state.host + offloaded_activation_bytes(shape, cfg)
     if cfg.offload == "activations" and cfg.training:
         notes.append("activation offloading: the layers' saved activations wait in host memory and come back "
-                     "layer by layer in backward")
+                     "layer by layer in backward (their PCIe traffic is not timed)")
     context = DEFAULT_CONTEXT_BYTES if cfg.context_bytes is None else cfg.context_bytes
     fragmentation = int(tensor_peak * cfg.fragmentation)
     overhead = context + fragmentation
