@@ -9,8 +9,17 @@ the measured figure, gpusizer's, and the relative error:
   ``reserved`` and ``unstated`` with the tensor peak plus allocator slack, and
   ``device`` (nvidia-smi) with the whole total;
 * serving cases compare the KV-cache tokens a vLLM start-up log printed with the
-  tokens gpusizer's serving model gives the same GPU, utilization, context and
-  tensor-parallel size.
+  tokens gpusizer's serving model gives the same GPU, weight format, utilization,
+  context and tensor-parallel size (``ServingCapacity.kv_tokens``, vLLM's blocks /
+  KV-cache groups x 16).
+
+Fine-tuning cases are counted in three classes (:func:`finetune_class`): the headline
+figures; runs under torch.compile (``compile: true`` with its source), reported but not
+counted; and cases whose ``excluded`` key says why their figure cannot test the model.
+Each case passes the features it ran: activation offloading (``activation_offloading``
+-> ``offload="activations"``), torchtune's chunked loss, and, for QLoRA prepared by
+peft's prepare_model_for_kbit_training under autocast (``base_non_quantised_dtype:
+fp32``), ``precision="mixed"``.
 
     python benchmarks/finetune_accuracy.py [--verbose]
 
@@ -73,6 +82,9 @@ def finetune_config(case: dict[str, Any]) -> RunConfig:
             double_quant=bool(base.get("double_quant", True)), dtype=a.get("adapter_dtype") or "fp32",
         )
         settings["precision"] = "bf16" if precision in ("bf16", "mixed") else precision
+        if base.get("quantisation") == "nf4" and case.get("autocast") and case.get("base_non_quantised_dtype") == "fp32":
+            # peft's prepare_model_for_kbit_training under Trainer autocast: --precision mixed --qlora
+            settings["precision"] = "mixed"
     else:
         settings["precision"] = "mixed" if case.get("autocast") and precision == "fp32" else precision
     if case.get("strategy") and (case.get("gpus") or 1) > 1:
@@ -81,6 +93,8 @@ def finetune_config(case: dict[str, Any]) -> RunConfig:
         settings["loss"] = "chunked"
     if case.get("offload") not in (None, "none"):
         settings["offload"] = case["offload"]
+    if case.get("activation_offloading"):
+        settings["offload"] = "activations"  # torchtune's enable_activation_offloading
     return RunConfig.model_validate(settings)
 
 
@@ -98,27 +112,43 @@ def serving_tokens(case: dict[str, Any], shape: ModelShape) -> int | None:
     if "kv_cache_tokens" not in m or not case.get("gpu_total_memory_gib"):
         return None
     tp = case.get("tp") or 1
-    weights = {"bf16": None, "fp8": "fp8", "int4": "gptq-int4-g128", "w4a16": "gptq-int4-g128"}
+    weights = {"bf16": None, "fp8": "fp8", "int4": "gptq-int4-g128", "w4a16": "gptq-int4-g128", "mxfp4": "mxfp4"}
     fmt = weights.get(str(case.get("weight_format")).split()[0].lower())
     kv = "fp8" if str(case.get("kv_cache_dtype", "")).startswith("fp8") else "auto"
     cfg = RunConfig(mode="inference", kv_cache=kv, weight_format=fmt, **tensor_parallel(tp))
     capacity = int(case["gpu_total_memory_gib"] * GIB)
     cap = serving_capacity(shape, cfg, capacity, case.get("max_model_len") or 8192,
                            utilization=case.get("gpu_memory_utilization") or 0.9)
-    return cap.blocks * 16
+    return cap.kv_tokens
+
+
+def finetune_class(case: dict[str, Any]) -> str:
+    """Where a fine-tuning case counts: "finetune" (the headline figures), "finetune_compile"
+    (ran under torch.compile, whose Inductor partitioner chooses what to save for backward and
+    which gpusizer does not model: reported, not counted) or "finetune_excluded" (the case
+    records why its figure cannot test the model)."""
+    if case.get("excluded"):
+        return "finetune_excluded"
+    if case.get("compile"):
+        return "finetune_compile"
+    return "finetune"
+
+
+FINETUNE_CLASSES = ("finetune", "finetune_compile", "finetune_excluded")
 
 
 def evaluate() -> dict[str, list[tuple[str, float, float, float]]]:
-    """{"finetune": [(id, measured, predicted, error)], "serving": [...]} for every usable case."""
+    """{class: [(id, measured, predicted, error)]} for every usable case: the fine-tuning
+    classes of :func:`finetune_class` and "serving"."""
     doc = load()
-    out: dict[str, list[tuple[str, float, float, float]]] = {"finetune": [], "serving": []}
+    out: dict[str, list[tuple[str, float, float, float]]] = {k: [] for k in (*FINETUNE_CLASSES, "serving")}
     for case in doc.get("finetune_cases") or ():
         shape = _shape(case)
         if shape is None or case["method"] not in ("lora", "qlora"):
             continue
         got = predicted(case, shape)
         want = case["measured_peak_bytes"]
-        out["finetune"].append((case["id"], want, got, got / want - 1))
+        out[finetune_class(case)].append((case["id"], want, got, got / want - 1))
     for case in doc.get("serving_cases") or ():
         shape = _shape(case)
         if shape is None or case.get("engine") != "vllm":
@@ -147,8 +177,14 @@ def main() -> None:
     ap.add_argument("--verbose", action="store_true")
     args = ap.parse_args()
     res = evaluate()
-    for kind, unit in (("finetune", "GiB"), ("serving", "tokens")):
+    res["finetune_all"] = [r for k in FINETUNE_CLASSES for r in res[k]]
+    res["finetune_with_compile"] = res["finetune"] + res["finetune_compile"]
+    kinds = (("finetune", "GiB"), ("finetune_compile", "GiB"), ("finetune_excluded", "GiB"),
+             ("finetune_with_compile", None), ("finetune_all", None), ("serving", "tokens"))
+    for kind, unit in kinds:
         print(f"{kind}: {summary(res[kind])}")
+        if unit is None:
+            continue
         if args.verbose:
             for cid, want, got, err in sorted(res[kind], key=lambda r: -abs(r[3])):
                 scale = GIB if unit == "GiB" else 1

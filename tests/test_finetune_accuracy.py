@@ -3,10 +3,13 @@ which shaped the model (tests/data/memory_refs_finetune.yaml; the comparison is 
 benchmarks/finetune_accuracy.py and docs/accuracy.md).
 
 Serving capacity meets a 5% median on vLLM's logged KV-cache tokens. Fine-tuning
-memory does NOT yet meet the issue's targets (median <= 5%, none beyond 12%): it is
-at 12.4% median, with torchtune's compiled, activation-offloading and FSDP runs
-and the HF QLoRA path the largest misses. These bounds hold the current figures so
-that a change that makes them worse fails, and are tightened as the model improves.
+memory is counted in three classes (benchmarks/finetune_accuracy.py, finetune_class):
+the headline cases; runs under torch.compile, reported but not counted (Inductor
+chooses what to save for backward, which gpusizer does not model); and two cases whose
+figure cannot test the model, each with its reason in the data. The headline median
+meets the issue's 5% target only nearly (5.4%) and its maximum does not: the sharded
+Hugging Face runs (accelerate FSDP, DeepSpeed ZeRO-3) are under by 20-36%. These
+bounds hold the current figures so that a change that makes them worse fails.
 """
 
 from __future__ import annotations
@@ -32,8 +35,27 @@ def results():
 def test_every_reference_case_is_evaluated(results):
     doc = bench.load()
     adapters = [c for c in doc["finetune_cases"] if c["method"] in ("lora", "qlora")]
-    assert len(results["finetune"]) == len(adapters) - sum(1 for c in adapters if c.get("model") is None)
+    evaluated = sum(len(results[k]) for k in bench.FINETUNE_CLASSES)
+    assert evaluated == len(adapters) - sum(1 for c in adapters if c.get("model") is None)
+    assert len(results["finetune"]) >= 25
     assert len(results["serving"]) >= 15
+
+
+def test_cases_left_out_of_the_headline_say_why(results):
+    """Compile rows cite the source that says torch.compile was on; excluded rows carry their
+    reason. The torchtune May-2024 70B row cannot have run as stated: 8-way-sharded bf16 weights
+    (17.2 GB) and 80 checkpointed layer inputs at 4 x 4096 tokens (21.5 GB) exceed the 26.4 GB
+    it reports."""
+    by_id = {c["id"]: c for c in bench.load()["finetune_cases"]}
+    assert len(results["finetune_compile"]) == 8 and len(results["finetune_excluded"]) == 2
+    for cid, *_ in results["finetune_compile"]:
+        assert by_id[cid]["compile"] is True and "compile" in by_id[cid]["compile_source"]
+    for cid, *_ in results["finetune_excluded"]:
+        assert len(by_id[cid]["excluded"]) > 100
+    m = bench._shape(by_id["llama-2-70b-lora-r16-qkv-b4-s4096-bf16-ckpt-fsdp8-a100-torchtune-readme"])
+    assert m is not None and m.transformer is not None
+    lower_bound = m.params * 2 / 8 + m.transformer.layers * 4 * 4096 * m.transformer.hidden * 2
+    assert lower_bound > 26.4e9 * 1.4
 
 
 def test_serving_kv_tokens_match_vllm_logs(results):
@@ -58,9 +80,44 @@ def test_tensor_parallel_serving_counts_the_communication_buffers(results):
 
 def test_finetune_memory_stays_within_its_current_error(results):
     errors = [abs(r[3]) for r in results["finetune"]]
-    assert statistics.median(errors) <= 0.10  # 9.2% at this commit (12.1% before the exact-mode physics)
+    # 5.4% median, 80% within 12%, worst 36.3% at this commit (all 35 cases together: 9.2%
+    # median and 106% worst before the offload, NF4-gather and prepare_model_for_kbit_training rules)
+    assert statistics.median(errors) <= 0.055
     within = sum(e <= 0.12 for e in errors) / len(errors)
-    assert within >= 0.50
+    assert within >= 0.80
+    assert max(errors) <= 0.37
+
+
+def test_unsharded_finetune_runs_are_within_11_percent(results):
+    """Every headline case on one GPU (or DDP) is within 11% (worst: fms-acceleration's Mixtral
+    8x7B QLoRA, +10.9%); the misses beyond 12% are all ZeRO-3/FSDP runs through Hugging Face."""
+    by_id = {c["id"]: c for c in bench.load()["finetune_cases"]}
+    single = [r for r in results["finetune"] if not by_id[r[0]].get("strategy")]
+    assert len(single) >= 19
+    assert max(abs(r[3]) for r in single) <= 0.11
+    beyond = [r[0] for r in results["finetune"] if abs(r[3]) > 0.12]
+    assert beyond and all(by_id[c]["strategy"] in ("fsdp", "zero3") for c in beyond)
+
+
+def test_hf_qlora_with_prepare_model_for_kbit_training_matches_fms_acceleration(results):
+    """fms-acceleration's a100_80gb.csv, baseline-peft-bnb (TRL's SFTTrainer preparing the 4-bit
+    model with peft's prepare_model_for_kbit_training, under bf16 autocast): Mistral-7B QLoRA peaked
+    at 20,669,338,112 bytes at batch 4 and 37,002,646,016 at batch 8. Modelled as --precision mixed
+    --qlora: within 2% (they were under by 25% and 28% as a pure-bf16 base)."""
+    by_id = {r[0]: r for r in results["finetune"]}
+    b4 = by_id["mistral-7b-qlora-r16-qkvo-b4-s4096-nf4dq-ckpt-a100-fms"]
+    b8 = by_id["mistral-7b-qlora-r16-qkvo-b8-s4096-nf4dq-ckpt-a100-fms"]
+    assert (b4[1], b8[1]) == (20_669_338_112, 37_002_646_016)
+    assert abs(b4[3]) <= 0.02 and abs(b8[3]) <= 0.02
+
+
+def test_gpt_oss_kv_tokens_match_vllms_hybrid_allocator_log(results):
+    """vLLM 0.19, gpt-oss-20b (MXFP4 experts) at TP=2 on H100s: "GPU KV cache size: 2,591,776
+    tokens" = 323,972 blocks / 2 KV-cache groups x 16. Within 4% once the benchmark passes the
+    checkpoint's MXFP4 weights (it was 19% under, sizing them in bf16)."""
+    by_id = {r[0]: r for r in results["serving"]}
+    case = by_id["gpt-oss-20b-mxfp4-vllm-tp2-len8192-u090-h100-llmd"]
+    assert case[1] == 2_591_776 and abs(case[3]) <= 0.04
 
 
 def test_peft_lora_rows_are_within_8_percent(results):

@@ -32,7 +32,9 @@ OffloadOpt = Annotated[Offload, typer.Option(
     "--offload", metavar="WHAT", rich_help_panel=RUN,
     help="Keep state in host memory instead of on the GPU: optimizer (ZeRO-Offload: optimizer state, "
          "AMP's fp32 master weights and gradients; the step runs on the CPU), params (weights stream in "
-         "layer by layer), all (both, gradients too), or none (default).")]
+         "layer by layer), all (both, gradients too), activations (training: the layers' saved activations "
+         "wait in host RAM, two layers' worth on the GPU; torchtune's enable_activation_offloading), "
+         "or none (default).")]
 OffloadToOpt = Annotated[OffloadTarget, typer.Option(
     "--offload-to", metavar="WHERE", rich_help_panel=RUN,
     help="Where offloaded state lives: cpu (host RAM, default) or nvme (ZeRO-Infinity).")]

@@ -36,8 +36,9 @@ STRATEGIES: tuple[str, ...] = get_args(Strategy)
 #: What a run keeps in host memory instead of on the GPU (ZeRO-Offload, ZeRO-Infinity,
 #: FSDP CPU offload): the optimizer state (with AMP's fp32 master weights and fp32
 #: gradients, which the CPU optimizer step updates), the weights (streamed to the GPU
-#: layer by layer), or all of them and the gradients too.
-Offload = Literal["none", "optimizer", "params", "all"]
+#: layer by layer), or all of them and the gradients too; or, on its own, the activations
+#: training saves for backward (torchtune's enable_activation_offloading).
+Offload = Literal["none", "optimizer", "params", "all", "activations"]
 OffloadTarget = Literal["cpu", "nvme"]
 ZERO_STAGE: dict[str, int] = {"ddp": 0, "zero1": 1, "zero2": 2, "zero3": 3, "fsdp": 3, "tp": 0}
 

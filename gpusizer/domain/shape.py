@@ -114,6 +114,19 @@ class TransformerShape(BaseModel):
     #: Kimi K2's); "parameter", the experts are fused 3-D parameters that peft adapts as parameters
     #: (Mixtral, Qwen-MoE, DeepSeek); "none", fused experts peft leaves alone (gpt-oss)
     expert_adapters: ExpertAdapters = "linear"
+    #: sliding-window attention: how many layers attend only within the last
+    #: ``sliding_window`` tokens (config.json's ``layer_types`` / ``sliding_window``); the
+    #: rest attend to the whole context. 0: every layer is global.
+    sliding_layers: int = Field(default=0, ge=0)
+    sliding_window: int | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _window(self) -> TransformerShape:
+        if self.sliding_layers > self.layers:
+            raise ValueError(f"sliding_layers: {self.sliding_layers} is more than the {self.layers} layers")
+        if bool(self.sliding_layers) != (self.sliding_window is not None):
+            raise ValueError("sliding_layers: sliding_layers and sliding_window go together")
+        return self
 
     @property
     def input_casts(self) -> int:
@@ -303,6 +316,7 @@ def arch_of(model: Model) -> Arch:
             router_fp32=bool(model.router_fp32), fused_qkv=bool(model.fused_qkv),
             fused_projections=bool(model.fused_projections),
             expert_adapters=model.expert_adapters or "linear",
+            sliding_layers=model.sliding_layers or 0, sliding_window=model.sliding_window,
         )
     assert model.activation_bytes_per_sample_fp32 is not None
     if model.kind == "cnn":

@@ -49,6 +49,11 @@ OPTIMIZER_STEP_TEMPORARIES: dict[str, int] = {"adam": 1, "adamw": 1}
 
 #: torchtune's CEWithChunkedOutputLoss default (num_output_chunks=8)
 CHUNKED_LOSS_CHUNKS = 8
+#: activation offloading: layers whose saved activations stay on the GPU at once. torchtune's
+#: OffloadActivations (training/_activation_offloading.py) copies a saved tensor back when
+#: backward unpacks it and frees the previous autograd node's copies only once backward has
+#: moved on, so two layers' worth is resident at most
+OFFLOAD_RESIDENT_LAYERS = 2
 
 #: Default fixed overhead: the CUDA context and kernels loaded by PyTorch.
 #: HF "Model training anatomy" measured 1343 MiB on a V100 before CUDA 11.7 lazy
@@ -288,8 +293,9 @@ def _layer_activation_bytes(
 
 def transformer_activation_bytes(
     m: TransformerShape, cfg: RunConfig, seq_len: int, *, tp: int = 1, shards: int = 1
-) -> tuple[int, int, int]:
-    """(saved activations, one layer's activations, logits bytes) for a training step.
+) -> tuple[int, int, int, int]:
+    """(saved activations on the GPU, one layer's activations, logits bytes, saved activations
+    offloaded to host memory) for a training step.
 
     Includes the embedding output, final norm, logits and the fp32 log-softmax
     that cross-entropy saves. Under AMP the residual stream stays fp32. With
@@ -317,10 +323,13 @@ def transformer_activation_bytes(
     if cfg.checkpointing:
         stored = m.layers * r * sbh + (m.decoder_layers or 0) * r * t * b * m.hidden
         recompute = max(layer, dense_layer, dec_layer)
+        largest = r * max(s, t) * b * m.hidden
     else:
         stored = (m.layers - m.dense_layers) * layer + m.dense_layers * dense_layer \
             + (m.decoder_layers or 0) * dec_layer
         recompute = 0
+        largest = max(layer, dense_layer, dec_layer)
+    in_layers = stored  # what the layers save, apart from what they save per adapter or weight
     # embedding dropout mask and final norm input
     stored += (sbh if dropout else 0) + r * sbh
     if m.kind == "decoder":
@@ -337,19 +346,38 @@ def transformer_activation_bytes(
         if cfg.checkpointing:
             recompute += w * m.heads * s * s // tp
     saved_logits, logits = _loss_bytes(m, cfg, (cfg.target_len or s) * b, tp)
+    per_layer_extra = 0  # adapter intermediates and weight copies the layers save
     if cfg.adapter is not None and not cfg.checkpointing:
         # each adapter saves its rank-r intermediate (x A) for backward, in 16 bits
-        stored += 2 * adapter_input_elements(m, cfg.adapter) * b * s // tp
+        per_layer_extra += 2 * adapter_input_elements(m, cfg.adapter) * b * s // tp
     if cfg.checkpointing:
         recompute += adapted_expert_bytes(m, cfg, tp)
     else:
-        stored += adapted_expert_bytes(m, cfg, tp)
+        per_layer_extra += adapted_expert_bytes(m, cfg, tp)
+    stored += per_layer_extra
     if st.autocast:
         # autocast's 16-bit weight copies are saved for backward; under checkpointing the
         # layers' are recomputed instead, the output head's (outside the checkpointed
         # layers) saved either way
         stored += autocast_weight_copy_bytes(m, cfg, shards, layers=not cfg.checkpointing)
-    return stored + saved_logits, recompute, logits
+        if not cfg.checkpointing:
+            per_layer_extra += autocast_weight_copy_bytes(m, cfg, shards) - autocast_weight_copy_bytes(
+                m, cfg, shards, layers=False)
+    offloaded = _offloaded_layer_bytes(m, cfg, in_layers + per_layer_extra, largest, per_layer_extra)
+    return stored + saved_logits - offloaded, recompute, logits, offloaded
+
+
+def _offloaded_layer_bytes(m: TransformerShape, cfg: RunConfig, in_layers: int, largest: int, extra: int) -> int:
+    """What activation offloading (torchtune's OffloadActivations, a saved-tensors hook around
+    the layers) moves to host memory of the ``in_layers`` bytes the layers save: all but
+    OFFLOAD_RESIDENT_LAYERS layers' worth (``largest`` plus a layer's share of ``extra``, the
+    adapters' intermediates and weight copies). The output head and the loss are outside the
+    hook (torchtune leaves the head out on purpose) and keep theirs on the GPU."""
+    if cfg.offload != "activations":
+        return 0
+    n = m.layers + (m.decoder_layers or 0)
+    per_layer = largest + -(-extra // max(n, 1))
+    return max(0, in_layers - min(n, OFFLOAD_RESIDENT_LAYERS) * per_layer)
 
 
 def adapted_expert_bytes(m: TransformerShape, cfg: RunConfig, tp: int) -> int:
@@ -365,7 +393,10 @@ def adapted_expert_bytes(m: TransformerShape, cfg: RunConfig, tp: int) -> int:
 def autocast_weight_copy_bytes(m: TransformerShape, cfg: RunConfig, shards: int, *, layers: bool = True) -> int:
     """The 16-bit copies autocast makes of a transformer's weights: the layers' matrices
     (``layers``) but the routed experts, whose grouped GEMM autocast does not cover, and a
-    vocabulary head's. Sharded runs hold copies of their own shard only."""
+    vocabulary head's. Sharded runs hold copies of their own shard only. A QLoRA base's NF4
+    matrices are dequantised, not cast: autocast copies none of them."""
+    if cfg.adapter is not None and cfg.adapter.base_quantisation is not None:
+        layers = False
     copied = (matrix_params(m) - routed_expert_params(m) if layers else 0) \
         + (m.vocab * m.hidden if cfg.head in ("lm", "logits") else 0)
     return int(2 * copied / shards)
@@ -458,6 +489,16 @@ def input_default_note(shape: ModelShape, cfg: RunConfig) -> str | None:
     return None
 
 
+def offloaded_activation_bytes(shape: ModelShape, cfg: RunConfig) -> int:
+    """Saved activations an activation-offloading run holds in host memory (0 otherwise)."""
+    m = shape.transformer
+    if cfg.offload != "activations" or not cfg.training or m is None:
+        return 0
+    split = cfg.sharding
+    return transformer_activation_bytes(m, cfg, transformer_seq_len(m, cfg), tp=split.activations,
+                                        shards=split.weights)[3]
+
+
 def activation_bytes(shape: ModelShape, cfg: RunConfig) -> tuple[int, int, int, bool]:
     """(saved activations, recompute transient, logits/loss transient, modelled?)."""
     arch = shape.arch
@@ -466,8 +507,8 @@ def activation_bytes(shape: ModelShape, cfg: RunConfig) -> tuple[int, int, int, 
     split = cfg.sharding
     if isinstance(arch, TransformerShape):
         seq = transformer_seq_len(arch, cfg)
-        saved, recompute, logits = transformer_activation_bytes(arch, cfg, seq, tp=split.activations,
-                                                                shards=split.weights)
+        saved, recompute, logits, _ = transformer_activation_bytes(arch, cfg, seq, tp=split.activations,
+                                                                   shards=split.weights)
         return saved, recompute, logits, True
     st = cfg.storage
     per_sample = arch.activation_bytes_per_sample_fp32
@@ -577,7 +618,9 @@ def weight_bytes(
         if adapter.base_quantisation is not None:
             quantised = min(matrix_params(m), shape.params)
             rest = shape.params - quantised
-            return int(quantised * adapter.base_bytes_per_weight + rest * 2) + extra
+            # the rest (embeddings, norms, head) in the run's storage: 16 bits, or fp32 under
+            # mixed precision, as peft's prepare_model_for_kbit_training casts them
+            return int(quantised * adapter.base_bytes_per_weight + rest * st.weight_bytes) + extra
         return int(shape.params * st.weight_bytes) + extra
     if st.quantised:
         shaped = shape.transformer
@@ -735,6 +778,19 @@ class _State(BaseModel):
     notes: tuple[str, ...] = ()
 
 
+def gathered_layer_bytes(m: TransformerShape, cfg: RunConfig) -> int:
+    """Bytes of one transformer layer as ZeRO-3/FSDP all-gathers it: in the format its shards
+    are stored in. A QLoRA base is gathered as NF4 codes with their absmax constants
+    (torchao's NF4Tensor implements FSDP2's fsdp_pre_all_gather/fsdp_post_all_gather on the
+    quantised data; bitsandbytes' Params4bit with bnb_4bit_quant_storage=bfloat16 is
+    flattened and gathered as its packed 4-bit storage, peft's FSDP-QLoRA guide), and is
+    dequantised matrix by matrix for compute (the dequantisation transient)."""
+    adapter = cfg.adapter
+    if adapter is not None and adapter.base_quantisation is not None:
+        return int(layer_params(m) * adapter.base_bytes_per_weight)
+    return int(layer_params(m) * cfg.storage.weight_bytes)
+
+
 def model_state(shape: ModelShape, cfg: RunConfig) -> _State:
     """Per-GPU weights, gradients and optimizer state under the run's sharding."""
     split, par = cfg.sharding, cfg.parallelism
@@ -746,8 +802,8 @@ def model_state(shape: ModelShape, cfg: RunConfig) -> _State:
     notes: list[str] = []
     m = shape.transformer
     if par.gathers_layers and m is not None:
-        # one layer gathered for compute plus one prefetched
-        transient += 2 * int(layer_params(m) * cfg.storage.weight_bytes)
+        # one layer gathered for compute plus one prefetched, in the layer's stored format
+        transient += 2 * gathered_layer_bytes(m, cfg)
     if cfg.adapter is not None and cfg.adapter.base_quantisation is not None and m is not None:
         # each NF4 matrix is dequantised to 16 bits for its matmul, forward and backward
         tp = split.activations
@@ -771,6 +827,15 @@ def _offload(state: _State, shape: ModelShape, cfg: RunConfig, trained: int) -> 
     GPU keeps 16-bit working weights and gradients. Weight offload streams the weights
     in layer by layer, two layers resident (one in use, one prefetched)."""
     split = cfg.sharding
+    if cfg.offload == "activations" and not cfg.training:
+        raise UsageError("activation offloading moves what training saves for backward; inference saves nothing",
+                         hint="offload nothing, or train", field="offload")
+    if cfg.offload == "activations" and shape.transformer is None:
+        raise UsageError("activation offloading is modelled for transformers only",
+                         hint="describe the model by name or by its Hugging Face config", field="offload")
+    if cfg.offload == "activations" and cfg.offload_to != "cpu":
+        raise UsageError("offloaded activations live in host RAM (pinned memory), not on NVMe",
+                         hint="offload them to the CPU", field="offload-to")
     if cfg.offload in ("params", "all") and cfg.gpus > 1 and not shards_weights(cfg.strategy):
         raise UsageError("offloading the weights streams each GPU's shard: it needs ZeRO-3 or FSDP over several GPUs",
                          hint="shard with ZeRO-3 or FSDP, or offload the optimizer only", field="offload")
@@ -898,6 +963,10 @@ def estimate_memory(shape: ModelShape, cfg: RunConfig) -> MemoryBreakdown:
         notes.extend(more)
     if not modelled:
         notes.append("activations not modelled: give the model's name or Hugging Face config for its shape")
+    host = state.host + offloaded_activation_bytes(shape, cfg)
+    if cfg.offload == "activations" and cfg.training:
+        notes.append("activation offloading: the layers' saved activations wait in host memory and come back "
+                     "layer by layer in backward (their PCIe traffic is not timed)")
     context = DEFAULT_CONTEXT_BYTES if cfg.context_bytes is None else cfg.context_bytes
     fragmentation = int(tensor_peak * cfg.fragmentation)
     overhead = context + fragmentation
@@ -906,7 +975,7 @@ def estimate_memory(shape: ModelShape, cfg: RunConfig) -> MemoryBreakdown:
         activations_bytes=acts, kv_cache_bytes=kv, transient_bytes=transient, overhead_bytes=overhead,
         context_bytes=context, fragmentation_bytes=fragmentation, tensor_peak_bytes=tensor_peak,
         total_bytes=tensor_peak + overhead, peak_phase=phase, activations_modelled=modelled, notes=tuple(notes),
-        cpu_bytes=state.host if cfg.offload_to == "cpu" else 0, nvme_bytes=state.host if cfg.offload_to == "nvme" else 0,
+        cpu_bytes=host if cfg.offload_to == "cpu" else 0, nvme_bytes=host if cfg.offload_to == "nvme" else 0,
     )
 
 

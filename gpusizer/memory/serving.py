@@ -13,11 +13,18 @@ follows vLLM's accounting (``gpu_memory_utilization``, 16-token blocks):
 With tensor parallelism each GPU holds 1/tp of the weights and of the KV heads
 (at least one KV head: vLLM replicates them when tp exceeds their number); latent
 attention's cache (one latent a token) is held whole on every GPU.
+
+Sliding-window models (gpt-oss, Gemma 2 and 3) follow vLLM V1's hybrid KV-cache
+manager (vllm/v1/core/kv_cache_utils.py, :func:`kv_cache_groups`): layers of one
+attention type are split into groups of equal size, each block holds 16 tokens of one
+layer of every group, and the "GPU KV cache size" vLLM logs is the blocks divided by the
+number of groups, in tokens. A request needs ``ceil(context / 16)`` blocks in each full-
+attention group and, in each sliding-window group, the blocks of the window plus one
+prefill chunk, ``ceil(min(window - 1 + max_batched_tokens, context) / 16) + 1``
+(vllm/v1/kv_cache_interface.py, SlidingWindowSpec.max_memory_usage_bytes).
 """
 
 from __future__ import annotations
-
-import math
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -72,7 +79,12 @@ class ServingCapacity(BaseModel):
     #: what is left for the KV cache (negative: the model does not fit)
     kv_budget_bytes: int
     kv_bytes_per_token: int
+    #: KV-cache blocks (vLLM's num_gpu_blocks): each holds BLOCK_TOKENS tokens of one layer
+    #: of every KV-cache group
     blocks: int
+    #: the KV cache's size in tokens as vLLM logs it ("GPU KV cache size: N tokens"):
+    #: blocks / groups x BLOCK_TOKENS
+    kv_tokens: int
     #: sequences of ``context_tokens`` held at once (0: not even one)
     max_concurrency: int
     kv_cache: str
@@ -85,6 +97,51 @@ class ServingCapacity(BaseModel):
 def _kv_per_token(m: TransformerShape, cfg: RunConfig, tp: int) -> int:
     p = kv_element_bytes(cfg.kv_cache, cfg.storage.activation_bytes)
     return max(1, kv_cache_bytes(m, 1, 1, p, tp))
+
+
+class KvCacheGroups(BaseModel):
+    """How vLLM's hybrid KV-cache manager groups a model's layers: ``full`` and ``sliding``
+    groups of ``group_size`` layer slots each (padded where a type's layers do not divide)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    group_size: int
+    full: int
+    sliding: int
+
+    @property
+    def count(self) -> int:
+        return self.full + self.sliding
+
+
+def kv_cache_groups(m: TransformerShape) -> KvCacheGroups:
+    """vLLM V1's grouping (kv_cache_utils.py, _get_kv_cache_groups_uniform_page_size): one
+    group when every layer has the same attention; otherwise the group size is the smaller
+    type's layer count, or the larger's when it is under 1.5 times the smaller (gpt-oss-20b:
+    12 sliding and 12 full layers, two groups of 12), and each type takes ceil(its layers /
+    group size) groups (Gemma 3 1B: 22 sliding and 4 full layers, 6 + 1 groups of 4)."""
+    layers = m.layers + m.decoder_layers
+    sliding = min(m.sliding_layers, layers)
+    full = layers - sliding
+    if not sliding:
+        return KvCacheGroups(group_size=layers, full=1, sliding=0)
+    if not full:
+        return KvCacheGroups(group_size=layers, full=0, sliding=1)
+    small, large = min(full, sliding), max(full, sliding)
+    size = large if large < 1.5 * small else small
+    return KvCacheGroups(group_size=size, full=-(-full // size), sliding=-(-sliding // size))
+
+
+def blocks_per_request(m: TransformerShape, context: int, max_batched_tokens: int = MAX_BATCHED_TOKENS) -> int:
+    """Blocks one request of ``context`` tokens may hold, over every KV-cache group (vLLM's
+    admission bound, the denominator of its "Maximum concurrency")."""
+    groups = kv_cache_groups(m)
+    full = -(-context // BLOCK_TOKENS)
+    if not groups.sliding:
+        return groups.full * full
+    assert m.sliding_window is not None
+    window_tokens = min(m.sliding_window - 1 + max_batched_tokens, context)
+    return groups.full * full + groups.sliding * (-(-window_tokens // BLOCK_TOKENS) + 1)
 
 
 def serving_capacity(
@@ -115,13 +172,19 @@ def serving_capacity(
     kv_budget = budget - mem.weights_bytes - activations - context_bytes - cuda_graph_bytes
     kv_budget -= TP_BUFFER_BYTES if tp > 1 else 0
     per_token = _kv_per_token(m, cfg, tp)
-    blocks = max(0, kv_budget // (BLOCK_TOKENS * per_token))
-    concurrency = blocks // math.ceil(context / BLOCK_TOKENS)
+    groups = kv_cache_groups(m)
+    layers = m.layers + m.decoder_layers
+    # a block holds BLOCK_TOKENS tokens of group_size layers (of one group each); with every
+    # layer alike that is all of them
+    block_bytes = BLOCK_TOKENS * per_token * groups.group_size // layers
+    blocks = max(0, kv_budget // block_bytes)
+    concurrency = blocks // blocks_per_request(m, context, max_batched_tokens)
     return ServingCapacity(
         tp=tp, context_tokens=context, gpu_memory_bytes=gpu_memory_bytes, utilization=utilization,
         budget_bytes=budget, weights_bytes=mem.weights_bytes, activation_bytes=activations,
         context_bytes=context_bytes, cuda_graph_bytes=cuda_graph_bytes, kv_budget_bytes=kv_budget,
-        kv_bytes_per_token=per_token, blocks=blocks, max_concurrency=concurrency, kv_cache=cfg.kv_cache,
+        kv_bytes_per_token=per_token, blocks=blocks, kv_tokens=blocks // groups.count * BLOCK_TOKENS,
+        max_concurrency=concurrency, kv_cache=cfg.kv_cache,
     )
 
 
@@ -165,9 +228,12 @@ def fewest_gpus_to_serve(
 __all__ = [
     "BLOCK_TOKENS",
     "DEFAULT_UTILIZATION",
+    "KvCacheGroups",
     "ServingCapacity",
     "ServingPlan",
+    "blocks_per_request",
     "fewest_gpus_to_serve",
+    "kv_cache_groups",
     "serving_capacity",
     "tp_sizes",
 ]

@@ -92,6 +92,9 @@ class Model(BaseModel):
     #: Kimi K2's); "parameter", the experts are fused 3-D parameters that peft adapts as parameters
     #: (Mixtral, Qwen-MoE, DeepSeek); "none", fused experts peft leaves alone (gpt-oss)
     expert_adapters: ExpertAdapters | None = None
+    #: sliding-window attention: layers that attend within the last ``sliding_window`` tokens
+    sliding_layers: int | None = Field(default=None, gt=0)
+    sliding_window: int | None = Field(default=None, gt=0)
     dense_layers: int | None = Field(default=None, gt=0)
     dense_ffn: int | None = Field(default=None, gt=0)
 

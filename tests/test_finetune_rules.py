@@ -1,0 +1,176 @@
+"""Rules added for issue 16's published fine-tuning and serving figures, each with hand-computed
+values: activation offloading, FSDP gathering a QLoRA base in NF4, QLoRA under autocast with
+peft's prepare_model_for_kbit_training, and vLLM's hybrid KV cache for sliding-window models."""
+
+from __future__ import annotations
+
+import pytest
+
+import gpusizer
+from gpusizer.domain.finetune import Adapter
+from gpusizer.domain.run import RunConfig
+from gpusizer.domain.shape import ModelShape, TransformerShape
+from gpusizer.errors import ExitCode, UsageError
+from gpusizer.memory.estimate import (
+    OFFLOAD_RESIDENT_LAYERS,
+    estimate_memory,
+    layer_params,
+    matrix_params,
+    offloaded_activation_bytes,
+)
+from gpusizer.memory.serving import BLOCK_TOKENS, blocks_per_request, kv_cache_groups, serving_capacity
+
+GIB = 2**30
+
+
+def _llama_3_2_3b_lora(**kw: object) -> RunConfig:
+    adapter = Adapter(rank=64, targets=("q", "v", "o", "gate", "up", "down"), dtype="bf16")
+    return RunConfig.model_validate({"mode": "train", "precision": "bf16", "batch": 2, "seq_len": 4096,
+                                     "checkpointing": True, "loss": "chunked", "adapter": adapter, **kw})
+
+
+def test_activation_offload_keeps_two_checkpointed_layer_inputs_on_the_gpu():
+    """torchtune's enable_activation_offloading with activation checkpointing: each of Llama 3.2
+    3B's 28 layers saves its bf16 input, 2 x 4096 x 3072 x 2 B = 50,331,648 bytes; 26 of them wait
+    in host memory and OFFLOAD_RESIDENT_LAYERS = 2 stay on the GPU."""
+    shape = gpusizer.resolve_model("llama-3.2-3b")
+    m = shape.transformer
+    assert m is not None and m.layers == 28 and m.hidden == 3072
+    per_layer = 2 * 4096 * 3072 * 2
+    on = estimate_memory(shape, _llama_3_2_3b_lora(offload="activations"))
+    off = estimate_memory(shape, _llama_3_2_3b_lora())
+    assert OFFLOAD_RESIDENT_LAYERS == 2
+    assert offloaded_activation_bytes(shape, _llama_3_2_3b_lora(offload="activations")) == 26 * per_layer
+    assert off.activations_bytes - on.activations_bytes == 26 * per_layer
+    assert on.cpu_bytes == 26 * per_layer and off.cpu_bytes == 0
+    # the weights, the adapters' state and the loss stay where they were
+    assert on.weights_bytes == off.weights_bytes and on.optimizer_bytes == off.optimizer_bytes
+    assert any("activation offloading" in n for n in on.notes)
+
+
+def test_activation_offload_without_checkpointing_moves_whole_layers():
+    shape = gpusizer.resolve_model("llama-3.2-3b")
+    cfg = _llama_3_2_3b_lora(checkpointing=False)
+    off = estimate_memory(shape, cfg)
+    on = estimate_memory(shape, cfg.model_copy(update={"offload": "activations"}))
+    moved = off.activations_bytes - on.activations_bytes
+    # 26 of 28 layers' saved tensors, each far more than a checkpointed layer's input
+    assert moved == on.cpu_bytes and moved > 26 * 10 * 2 * 4096 * 3072
+
+
+@pytest.mark.parametrize(("update", "field"), [({"mode": "inference"}, "offload"),
+                                               ({"offload_to": "nvme"}, "offload-to")])
+def test_activation_offload_errors_name_the_option(update, field):
+    shape = gpusizer.resolve_model("llama-3.2-3b")
+    cfg = RunConfig.model_validate({"offload": "activations", "seq_len": 512, **update})
+    with pytest.raises(UsageError) as err:
+        estimate_memory(shape, cfg)
+    assert err.value.field == field
+
+
+def test_offload_activations_on_the_command_line(cli_json):
+    doc = cli_json("fit-model", "--model", "llama-3.2-3b", "--lora", "64", "--seq-len", "4096",
+                   "--batch", "2", "--checkpointing", "--offload", "activations", "--gpu", "a100-80gb")
+    assert doc["input"]["offload"] == "activations"
+    assert doc["results"]["breakdown"]["cpu_bytes"] == 26 * 2 * 4096 * 3072 * 2
+
+
+def test_offload_activations_at_inference_exits_2(cli):
+    result = cli("fit-model", "--model", "llama-3.2-3b", "--inference", "--offload", "activations", "--json")
+    assert result.exit_code == ExitCode.USAGE
+
+
+def test_fsdp_gathers_a_qlora_base_in_nf4():
+    """FSDP/ZeRO-3 gather each layer in the format its shards are stored in: a Llama-2-70B layer
+    (855,638,016 weights) is 0.5 + 0.127/8 bytes a weight in NF4 with double quantisation, not 2."""
+    shape = gpusizer.resolve_model("llama-2-70b")
+    m = shape.transformer
+    assert m is not None and layer_params(m) == 855_638_016
+    adapter = Adapter(rank=8, base_quantisation="nf4", dtype="bf16")
+    base = {"mode": "train", "precision": "bf16", "batch": 1, "seq_len": 512, "checkpointing": True,
+            "adapter": adapter}
+    one = estimate_memory(shape, RunConfig.model_validate(base))
+    fsdp = estimate_memory(shape, RunConfig.model_validate({**base, "strategy": "fsdp", "gpus": 8}))
+    gathered = fsdp.transient_bytes - one.transient_bytes
+    assert gathered == 2 * int(855_638_016 * adapter.base_bytes_per_weight)
+    assert gathered < 2 * 855_638_016  # a bf16 gather would be four times as much
+
+
+def test_qlora_under_autocast_keeps_the_unquantised_parameters_in_fp32():
+    """peft's prepare_model_for_kbit_training casts every parameter that is not Params4bit to fp32:
+    with --precision mixed, Mistral-7B's embeddings, norms and head (262,410,240 parameters) take
+    4 bytes a parameter instead of 2, and the checkpointed layer inputs are fp32."""
+    shape = gpusizer.resolve_model("mistral-7b")
+    m = shape.transformer
+    assert m is not None
+    rest = shape.params - matrix_params(m)
+    assert rest == 262_410_240
+    adapter = Adapter(rank=16, targets=("attention",), base_quantisation="nf4")
+    base = {"mode": "train", "batch": 4, "seq_len": 4096, "checkpointing": True, "adapter": adapter}
+    bf16 = estimate_memory(shape, RunConfig.model_validate({**base, "precision": "bf16"}))
+    mixed = estimate_memory(shape, RunConfig.model_validate({**base, "precision": "mixed"}))
+    assert mixed.weights_bytes - bf16.weights_bytes == 2 * rest
+    # 32 checkpointed layer inputs of 4 x 4096 x 4096, 2 bytes more each
+    assert mixed.activations_bytes - bf16.activations_bytes >= 32 * 4 * 4096 * 4096 * 2
+
+
+# --------------------------------------------------------------------------
+# vLLM's hybrid KV cache (sliding-window layers)
+
+
+def _window_model(layers: int, sliding: int, window: int) -> TransformerShape:
+    return TransformerShape(kind="decoder", layers=layers, hidden=1024, heads=8, n_kv_heads=8,
+                            attention_head_dim=128, ffn=4096, vocab=32000, sliding_layers=sliding,
+                            sliding_window=window)
+
+
+@pytest.mark.parametrize(
+    ("layers", "sliding", "groups"),
+    [
+        (24, 12, (12, 1, 1)),   # gpt-oss-20b: two groups of 12 (vLLM's comment on gpt-oss-20b)
+        (25, 12, (13, 1, 1)),   # 12 sw + 13 full, under 1.5x: padded to (13, 13) as vLLM's comment says
+        (26, 22, (4, 1, 6)),    # Gemma 3 1B: 22 sliding, 4 full -> groups of 4, 6 sliding + 1 full
+        (32, 0, (32, 1, 0)),    # every layer global: one group
+        (32, 32, (32, 0, 1)),   # every layer windowed: one group
+    ],
+)
+def test_kv_cache_groups_follow_vllm(layers, sliding, groups):
+    g = kv_cache_groups(_window_model(layers, sliding, 128) if sliding else
+                        TransformerShape(kind="decoder", layers=layers, hidden=1024, heads=8, n_kv_heads=8,
+                                         attention_head_dim=128, ffn=4096, vocab=32000))
+    assert (g.group_size, g.full, g.sliding) == groups
+
+
+def test_sliding_window_blocks_per_request_reproduce_vllms_gpt_oss_concurrency():
+    """vLLM 0.19 serving gpt-oss-20b at TP=2 logged 323,972 blocks and "Maximum concurrency for
+    8,192 tokens per request: 316.07x": 323,972 / (512 full + 513 sliding blocks) = 316.07. At
+    131,072 tokens the sliding group needs only ceil((128 - 1 + 8192) / 16) + 1 = 521 blocks."""
+    m = gpusizer.resolve_model("gpt-oss-20b").transformer
+    assert m is not None and (m.sliding_layers, m.sliding_window) == (12, 128)
+    assert blocks_per_request(m, 8192) == 512 + 513
+    assert round(323_972 / blocks_per_request(m, 8192), 2) == 316.07
+    assert blocks_per_request(m, 131_072) == 8192 + 521
+
+
+def test_hybrid_kv_tokens_count_every_layer_and_windows_raise_long_context_concurrency():
+    shape = gpusizer.resolve_model("gpt-oss-20b")
+    m = shape.transformer
+    assert m is not None
+    h100 = gpusizer.load_catalog().resolve("h100-sxm5-80gb").gpu
+    cfg = RunConfig(mode="inference", weight_format="mxfp4")
+    cap = serving_capacity(shape, cfg, h100.memory_bytes, 131_072)
+    # a block is 16 tokens of 12 layers; the logged tokens are blocks / 2 groups x 16
+    assert cap.blocks == cap.kv_budget_bytes // (BLOCK_TOKENS * cap.kv_bytes_per_token // 2)
+    assert cap.kv_tokens == cap.blocks // 2 * BLOCK_TOKENS
+    assert cap.max_concurrency == cap.blocks // (8192 + 521)
+    global_only = ModelShape.model_validate({**shape.model_dump(), "arch": {
+        **m.model_dump(), "sliding_layers": 0, "sliding_window": None}})
+    flat = serving_capacity(global_only, cfg, h100.memory_bytes, 131_072)
+    assert flat.kv_tokens == pytest.approx(cap.kv_tokens, abs=16)
+    assert cap.max_concurrency >= 1.8 * flat.max_concurrency
+
+
+def test_sliding_layers_need_a_window():
+    with pytest.raises(ValueError, match="sliding_window"):
+        TransformerShape(kind="decoder", layers=4, hidden=64, heads=4, n_kv_heads=4, attention_head_dim=16,
+                         ffn=256, vocab=100, sliding_layers=2)
