@@ -173,7 +173,7 @@ def fit_rule_of_thumb(shape: ModelShape, cfg: RunConfig, capacities: Sequence[Ca
 
 def verdict(results: Sequence[GpuFit], cfg: RunConfig, breakdown: MemoryBreakdown) -> str:
     need = format_bytes(breakdown.total_bytes)
-    per = f"per GPU on {layout_words(cfg.strategy, cfg.gpus, cfg.mode)}" if cfg.gpus > 1 else ""
+    per = f"per GPU on {layout_words(cfg.strategy, cfg.gpus, cfg.mode, **cfg.layout_degrees)}" if cfg.gpus > 1 else ""
     fitting = [r for r in results if r.fits]
     if fitting:
         smallest = min(fitting, key=lambda r: r.memory_bytes)

@@ -108,6 +108,8 @@ def breakdown_table(est: PerfEstimate, width: int | None = None) -> Table:
          (f"{format_bytes(est.comm_bytes, binary=False)} sent; {_seconds(est.comm_s)} in all, "
           f"{_seconds(max(0.0, est.comm_s - est.comm_exposed_s))} hidden behind compute") if est.comm_s else "none"),
     ]
+    if est.pipeline_bubble_s:
+        rows.append(("pipeline bubble", est.pipeline_bubble_s, "1F1B: GPUs idle while the pipeline fills and drains"))
     if est.overhead_s:
         launch = {True: "; each step one CUDA graph", False: "; kernels launched one by one", None: ""}[est.cuda_graphs]
         rows.append(("fixed overhead", est.overhead_s, f"kernel launches and synchronisation per layer{launch}"))
