@@ -264,3 +264,26 @@ def test_invalid_layouts_exit_2_naming_the_option(cli, args, option, words):
     assert first.startswith(f"Error: {option}:") and words in first, first
     doc = json.loads(cli("fit-model", "--gpu", "h100-sxm5-80gb", *args, "--json").stdout)
     assert doc["error"]["exit_code"] == 2
+
+
+def test_estimate_strategy_tp_resolves_tp_within_a_node(cli_json):
+    doc = cli_json("estimate", "--model", "llama-2-70b", "--system", "dgx-h100", "--nodes", "4", "--strategy", "tp",
+                   "--pp", "4", "--grad-accumulation", "16", "--batch", "1", "--seq-len", "4096", "--checkpointing")
+    # 32 GPUs: pp = 4 leaves 8, a node's worth, all tensor-parallel
+    assert (doc["input"]["tp"], doc["input"]["pp"]) == (8, 4)
+    assert doc["results"]["gpus_total"] == 32
+
+
+def test_fewest_gpus_keeps_the_layout(cli_json):
+    """min GPUs under a layout is its own GPU count times 1, 2, 4, ... replicas: the first that fits."""
+    from gpusizer.memory.estimate import fits
+
+    doc = cli_json("fit-model", "--model", "mixtral-8x7b", "--gpu", "h100-sxm5-80gb", "--gpus", "8", "--ep", "8",
+                   "--strategy", "zero1", "--seq-len", "4096", "--checkpointing", code=ExitCode.NOTHING_FITS)
+    need = doc["results"]["gpus"][0]["min_gpus"]
+    assert need is not None and need % 8 == 0
+    shape = _shape("mixtral-8x7b")
+    base = dict(ep=8, strategy="zero1", seq_len=4096, checkpointing=True)
+    capacity = doc["results"]["gpus"][0]["memory_bytes"]
+    assert fits(shape, make_run_config(gpus=need, **base), capacity)
+    assert not fits(shape, make_run_config(gpus=need // 2, **base), capacity)

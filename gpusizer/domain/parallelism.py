@@ -196,6 +196,12 @@ class Sharding(BaseModel):
     #: context parallelism: each GPU holds this fraction of every sequence's tokens
     sequence: int = Field(default=1, ge=1)
 
+    @property
+    def ep_split(self) -> bool:
+        """Whether the routed experts are divided otherwise than the dense weights (expert parallelism)."""
+        return (self.expert_weights, self.expert_gradients, self.expert_optimizer) != \
+            (self.weights, self.gradients, self.optimizer)
+
 
 def sharding(par: Parallelism) -> Sharding:
     """The one rule for what each GPU of ``par`` holds (see the module's table). The weights

@@ -710,7 +710,7 @@ def optimizer_step_bytes(shape: ModelShape, cfg: RunConfig, stage: Stage | None 
     per = OPTIMIZER_STEP_TEMPORARIES.get(cfg.optimizer, 0) if cfg.optimizer_impl == "foreach" else 0
     if not cfg.training or not per or train.state_bytes is None or cfg.offload in ("optimizer", "all"):
         return 0
-    if stage is not None or cfg.sharding.expert_optimizer != cfg.sharding.optimizer:
+    if stage is not None or cfg.sharding.ep_split:
         return math.ceil(train.params * per * train.state_bytes * held_fractions(shape, cfg, stage)[2])
     return math.ceil(train.params * per * train.state_bytes / cfg.sharding.optimizer)
 
@@ -903,7 +903,7 @@ def model_state(shape: ModelShape, cfg: RunConfig, stage: Stage | None = None) -
     ``stage`` where there are stages)."""
     split, par = cfg.sharding, cfg.parallelism
     train = trainable(shape, cfg)
-    if stage is not None or par.ep > 1:
+    if stage is not None or split.ep_split:
         held_w, held_g, held_o = held_fractions(shape, cfg, stage)
         weights = math.ceil(weight_bytes(shape, cfg.precision, cfg.adapter, cfg.weight_format) * held_w)
         grads = math.ceil(train.params * train.grad_bytes * held_g) if cfg.training and train.grad_bytes else 0
@@ -934,10 +934,10 @@ def model_state(shape: ModelShape, cfg: RunConfig, stage: Stage | None = None) -
         transient += grads
         notes.append("DDP gradient buckets double the gradient memory (gradient_as_bucket_view=False, the default)")
     state = _State(weights=weights, grads=grads, opt=opt, transient=transient, notes=tuple(notes))
-    return _offload(state, shape, cfg, train.params) if cfg.offload != "none" else state
+    return _offload(state, shape, cfg, train.params, stage) if cfg.offload != "none" else state
 
 
-def _offload(state: _State, shape: ModelShape, cfg: RunConfig, trained: int) -> _State:
+def _offload(state: _State, shape: ModelShape, cfg: RunConfig, trained: int, stage: Stage | None = None) -> _State:
     """Move offloaded state off the GPU. Optimizer offload (ZeRO-Offload) keeps AMP's
     fp32 master weights and fp32 gradients with the optimizer state on the host; the
     GPU keeps 16-bit working weights and gradients. Weight offload streams the weights
@@ -952,8 +952,13 @@ def _offload(state: _State, shape: ModelShape, cfg: RunConfig, trained: int) -> 
         host += opt
         opt = 0
         if cfg.storage.autocast and cfg.adapter is None:
-            master = math.ceil(shape.params * 4 / split.weights)
-            host += master + math.ceil(trained * 4 / split.gradients)
+            if stage is not None or cfg.sharding.ep_split:
+                held_w, held_g, _ = held_fractions(shape, cfg, stage)
+                master = math.ceil(shape.params * 4 * held_w)
+                host += master + math.ceil(trained * 4 * held_g)
+            else:
+                master = math.ceil(shape.params * 4 / split.weights)
+                host += master + math.ceil(trained * 4 / split.gradients)
             weights -= master // 2
             grads //= 2
         notes.append("optimizer offload: the optimizer step runs on the CPU")

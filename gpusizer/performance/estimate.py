@@ -311,6 +311,7 @@ def _stage_share(work: Work, st: StepTime, pp: int) -> tuple[Work, StepTime]:
         return work, st
     work = work.model_copy(update={
         "tp_allreduces": work.tp_allreduces // pp, "gradient_bytes": work.gradient_bytes / pp,
+        "layers": max(1, work.layers // pp),
         **{k: getattr(work, k) / pp for k in ("matmul_flops", "attention_flops", "matmul_bytes",
                                               "activation_bytes", "optimizer_bytes", "offload_bytes")}})
     return work, st._replace(compute_s=st.compute_s / pp, memory_s=st.memory_s / pp, overhead_s=st.overhead_s / pp,
@@ -443,8 +444,10 @@ def _data_parallel(
 def _tensor_parallel(comm: _Comm, work: Work, at: _Layout, links: Interconnects) -> _Comm:
     """Megatron-style: two activation all-reduces per layer and pass, on the critical path."""
     tp = at.par.tp
-    link = collective_link(at.gpu, at.gpus_per_node, 1, links=links, topology=at.topology)
-    t_tp = allreduce_time_s(work.tp_allreduce_bytes, at.gpus_per_node, 1, link) * work.tp_allreduces
+    # the tensor-parallel group: a node's GPUs (strategy tp), or tp of them where a layout gives tp
+    ring_gpn, ring_nodes = (at.gpus_per_node, 1) if tp == at.gpus_per_node else group_span(tp, 1, at.gpus_per_node)
+    link = collective_link(at.gpu, ring_gpn, ring_nodes, links=links, topology=at.topology)
+    t_tp = allreduce_time_s(work.tp_allreduce_bytes, ring_gpn, ring_nodes, link) * work.tp_allreduces
     update: dict[str, Any] = {
         "comm_s": comm.comm_s + t_tp, "exposed_s": comm.exposed_s + t_tp,
         "bytes": comm.bytes + 2.0 * (tp - 1) / tp * work.tp_allreduce_bytes * work.tp_allreduces,
