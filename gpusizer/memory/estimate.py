@@ -1076,8 +1076,9 @@ def estimate_memory(shape: ModelShape, cfg: RunConfig) -> MemoryBreakdown:
     first, last = (_estimate_stage(shape, cfg, pipeline_stage(m, cfg, i)) for i in (0, pp - 1))
     worst, other = (first, last) if first.total_bytes >= last.total_bytes else (last, first)
     worst_name, other_name = ("first", "last") if worst is first else ("last", "first")
-    note = (f"pipeline of {pp} stages, {m.layers // pp} layers each (1F1B, {cfg.micro_batches} micro-batch"
-            f"{'es' if cfg.micro_batches > 1 else ''} a step): the {worst_name} stage needs the most, "
+    note = (f"pipeline of {pp} stages, {m.layers // pp} layers each (1F1B over {cfg.micro_batches} micro-batch"
+            f"{'es' if cfg.micro_batches > 1 else ''} a step, the gradient accumulation): the {worst_name} stage "
+            "needs the most, "
             f"{format_bytes(worst.total_bytes)} against {format_bytes(other.total_bytes)} on the {other_name}; the "
             f"first holds the embedding and {first_inflight(pp, cfg.micro_batches)} micro-batch(es) of activations, "
             "the last the output head and the loss")

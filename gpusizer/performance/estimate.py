@@ -411,11 +411,12 @@ def _data_parallel(
 ) -> _Comm:
     """The data-parallel gradient all-reduce; with tp, each rank's shard across nodes."""
     par = at.par
-    link = collective_link(at.gpu, at.gpus_per_node, at.nodes, links=links, topology=at.topology)
     ring_gpn, ring_nodes = 1 if par.tp > 1 else at.gpus_per_node, at.nodes
-    if par.model_parallel and (par.pp > 1 or par.cp > 1 or par.ep > 1):
-        # Megatron's rank order (tp, cp, dp, pp from the innermost): the dp x cp ring's ranks sit tp apart
+    if par.pp > 1 or par.cp > 1 or par.ep > 1:
+        # Megatron's rank order (tp, cp, dp, pp from the innermost): the dp x cp ring's ranks sit tp
+        # apart, and with pipeline stages outermost it may stay inside a node
         ring_gpn, ring_nodes = group_span(par.zero_ranks, par.tp, at.gpus_per_node)
+    link = collective_link(at.gpu, at.gpus_per_node, ring_nodes, links=links, topology=at.topology)
     # ZeRO-3/FSDP gather the weights forward and backward and reduce-scatter the
     # gradients: 3 x (N-1)/N x S against the all-reduce's 2 x (N-1)/N x S
     volume = 1.5 if par.gathers_layers else 1.0
@@ -501,7 +502,7 @@ def _model_parallel(comm: _Comm, work: Work, st: StepTime, at: _Layout, links: I
         volume += sends * size
         notes.append(f"pipeline: {par.pp} stages, 1F1B over {micro_batches} micro-batch(es) a step (the gradient accumulation):"
                      f" the bubble idles each GPU (pp - 1) / (m + pp - 1) = {bubble_fraction(par.pp, micro_batches):.0%}"
-                     f" of the step (Narayanan et al. 2021); each micro-batch sends {size / 1e6:,.1f} MB a GPU between "
+                     f" of the step (Narayanan et al. 2021); each micro-batch sends {size / 1e6:,.1f} MB a GPU (16-bit) between "
                      f"stages {'forward and backward ' if cfg.training else ''}over "
                      f"{'the node' if in_node else 'the network'}; stages are timed as equal (layers / pp each; "
                      "the embedding and the output head are not balanced)")
@@ -517,7 +518,8 @@ def _model_parallel(comm: _Comm, work: Work, st: StepTime, at: _Layout, links: I
         total_s += t
         exposed_s += max(0.0, t - attention_s)
         volume += size
-        notes.append(f"context parallelism: {par.cp} ranks pass K and V round a ring, {size / 1e9:,.2f} GB a GPU and "
+        notes.append(f"context parallelism: {par.cp} ranks pass 16-bit K and V round a ring, {size / 1e9:,.2f} GB a GPU "
+                     "and "
                      f"micro-batch over {'the node' if in_node else 'the network'}, overlapped with attention; "
                      f"the sequence is split in 2 x {par.cp} chunks for balanced causal work (Megatron-Core)")
     if par.ep > 1 and m.moe_layers:
@@ -533,7 +535,8 @@ def _model_parallel(comm: _Comm, work: Work, st: StepTime, at: _Layout, links: I
         exposed_s += t
         volume += calls * size
         notes.append(f"expert parallelism: {par.ep} ranks, an all-to-all dispatch and combine around each MoE layer "
-                     f"({size / 1e6:,.1f} MB a GPU each, over {'the node' if in_node else 'the network'}), not "
+                     f"({size / 1e6:,.1f} MB of 16-bit activations a GPU each, over "
+                     f"{'the node' if in_node else 'the network'}), not "
                      "overlapped with compute; routing assumed balanced (every rank gets its share of tokens)")
     return comm.model_copy(update={"comm_s": comm.comm_s + total_s, "exposed_s": comm.exposed_s + exposed_s,
                                    "bytes": comm.bytes + volume, "notes": (*comm.notes, *notes)})
