@@ -302,3 +302,10 @@ def test_context_parallel_ring_volume():
     assert f"{volume / 1e9:,.2f} GB" in note
     # the ring overlaps attention, which at 131K tokens takes longer than the exchange
     assert est.comm_exposed_s < est.comm_s
+
+
+def test_estimate_words_the_layout_in_its_title(cli):
+    result = cli("estimate", "--model", "mixtral-8x7b", "--system", "dgx-h100", "--ep", "8", "--strategy", "zero1",
+                 "--seq-len", "4096", "--batch", "1", "--checkpointing", env={"COLUMNS": "120"})
+    assert result.exit_code in (0, ExitCode.NOTHING_FITS)
+    assert "Mixtral 8x7B (v0.1) on 8 x h100-sxm5-80gb: EP=8, DP=8 ZeRO-1" in result.stdout

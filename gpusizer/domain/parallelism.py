@@ -3,8 +3,9 @@
 :func:`sharding` is the one rule the memory and performance models use to divide
 weights, gradients, optimizer state and activations among GPUs. A run states
 its parallelism as a ``strategy`` over a number of GPUs (``RunConfig.strategy``
-and ``RunConfig.gpus``, what the command line takes); :meth:`Parallelism.of`
-turns that into the degrees below.
+and ``RunConfig.gpus``, what the command line takes), optionally with the model-parallel
+degrees ``tp``, ``pp``, ``cp`` and ``ep``; :meth:`Parallelism.of` turns that into the
+degrees below.
 
 What each degree shards (per GPU, ``/`` = divided by the degree; ``dp`` counts the
 data-parallel replicas, ``dp x cp`` the ranks ZeRO/FSDP shard over):
@@ -44,6 +45,7 @@ naming the options.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -304,14 +306,22 @@ def strategy_label(strategy: str, mode: str) -> str:
     return STRATEGY_LABELS[strategy]
 
 
+def degree_words(strategy: str, gpus: int, mode: str, degrees: Mapping[str, int | None]) -> str | None:
+    """The model-parallel degrees of a layout in words ("TP=8, PP=2, DP=2 ZeRO-1"), from
+    ``degrees`` (the JSON input's tp, pp, cp and ep); None for a run without them."""
+    tp, pp, cp, ep = (degrees.get(k) for k in LAYOUT_DEGREES)
+    if tp is None and max(pp or 1, cp or 1, ep or 1) == 1:
+        return None
+    return Parallelism.of(strategy, gpus, tp=tp, pp=pp or 1, cp=cp or 1, ep=ep or 1).words(strategy, mode) or None
+
+
 def layout_words(strategy: str, gpus: int, mode: str, *, tp: int | None = None, pp: int | None = 1,
                  cp: int | None = 1, ep: int | None = 1) -> str:
     """The run's GPUs in words: "1 GPU", "4 GPUs (TP=4)", "8 GPUs (FSDP)", "2 GPUs (replicas)",
     and with model-parallel degrees "16 GPUs (TP=2, PP=4, DP=2 ZeRO-1)"."""
     if tp is not None or max(pp or 1, cp or 1, ep or 1) > 1:
-        par = Parallelism.of(strategy, gpus, tp=tp, pp=pp or 1, cp=cp or 1, ep=ep or 1)
-        words = par.words(strategy, mode)
-        return f"{par.gpus} GPUs ({words})" if par.gpus > 1 and words else "1 GPU"
+        words = degree_words(strategy, gpus, mode, dict(zip(LAYOUT_DEGREES, (tp, pp, cp, ep), strict=True)))
+        return f"{gpus} GPUs ({words})" if gpus > 1 and words else "1 GPU"
     if gpus <= 1:
         return "1 GPU"
     label = strategy_label(strategy, mode)
@@ -320,6 +330,7 @@ def layout_words(strategy: str, gpus: int, mode: str, *, tp: int | None = None, 
 
 __all__ = [
     "LAYOUT_DEGREES",
+    "degree_words",
     "shards_over_replicas",
     "tensor_parallel_field",
     "STRATEGIES",

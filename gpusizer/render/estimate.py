@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from gpusizer.domain.parallelism import degree_words
 from gpusizer.render.common import Bar, fit_table, fmt
 from gpusizer.units import format_bytes, format_count, format_duration
 
@@ -58,6 +59,8 @@ def summary_table(est: PerfEstimate, gpu: Gpu, inputs: Mapping[str, Any], batch_
     where = f"{n} x {gpu.id}" if n > 1 else gpu.id
     if inputs.get("nodes", 1) > 1:
         where += f" ({inputs['gpus']} per node x {inputs['nodes']} nodes)"
+    degrees = degree_words(inputs["strategy"], n, inputs["mode"], inputs) if n > 1 else None
+    where += f": {degrees}" if degrees else ""
     table = Table(title=f"Estimate: {inputs['model']} on {where}", title_justify="left", box=box.SIMPLE_HEAD,
                   show_header=False)
     table.add_column("what", style="bold")
