@@ -159,7 +159,9 @@ def _layout(cls: type[Parallelism], strategy: str, gpus: int, *, tp: int | None,
             node_gpus: int | None) -> Parallelism:
     """Parallelism.of for a layout with model-parallel degrees: check that they divide."""
     if gpus % (pp * cp):
-        raise UsageError(f"{gpus} GPUs do not split into {pp} pipeline stage(s) x {cp} context-parallel rank(s)",
+        groups = " x ".join(f"{n} {what}" for n, what in ((pp, "pipeline stages"), (cp, "context-parallel ranks"))
+                            if n > 1)
+        raise UsageError(f"{gpus} GPU{'s do' if gpus > 1 else ' does'} not split into {groups}",
                          hint=f"use a GPU count that {pp * cp} (pipeline stages x context-parallel ranks) divides", field="gpus")
     rest = gpus // (pp * cp)
     if tp is None:
