@@ -217,7 +217,7 @@ def test_expert_parallel_all_to_all_is_counted():
     with_ep = estimate_performance(gpu, shape, make_run_config(ep=8, **base))
     size = 4096 * 2 * 4096 * 2 * 7 / 8
     note = next(n for n in with_ep.notes if n.startswith("expert parallelism"))
-    assert f"{size / 1e6:,.1f} MB" in note
+    assert f"{size / 1e6:,.2f} MB" in note  # 58.72 MB
     assert with_ep.comm_bytes >= 4 * 32 * size
 
 
@@ -299,7 +299,7 @@ def test_context_parallel_ring_volume():
     chunk = 2 * 8 * 128 * (131072 // 8) * 2
     volume = 7 * chunk * 32 * 3
     note = next(n for n in est.notes if n.startswith("context parallelism"))
-    assert f"{volume / 1e9:,.2f} GB" in note
+    assert f"{volume / 1e9:,.2f} GB" in note  # 45.10 GB
     # the ring overlaps attention, which at 131K tokens takes longer than the exchange
     assert est.comm_exposed_s < est.comm_s
 

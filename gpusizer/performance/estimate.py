@@ -62,6 +62,7 @@ from gpusizer.performance.comm import Link, allreduce_time_s, collective_link
 from gpusizer.performance.peak import UNKNOWN_RATE_BAND, default_compute_precision, peak_detail, peak_tflops
 from gpusizer.performance.topology import Topology, node_topology
 from gpusizer.performance.work import GEMV_MAX_BATCH, Work, model_work
+from gpusizer.units import format_bytes
 
 #: per-layer overheads are given at this clock and scale with 1 / boost clock
 #: (small, latency-bound kernels run at the SM clock)
@@ -486,7 +487,8 @@ def _model_parallel(comm: _Comm, work: Work, st: StepTime, at: _Layout, links: I
         return comm
     p = 2  # activations cross between GPUs in 16 bits (Megatron sends in the compute dtype)
     seq = cfg.seq_len or default_seq_len(shape)
-    tokens = cfg.batch * seq / par.cp
+    # a decode step moves one new token a sequence; otherwise every token of this rank's share
+    tokens = float(cfg.batch) if work.workload == "llm-decode" else cfg.batch * seq / par.cp
     passes = 3 if cfg.training else 1  # forward, and backward's two
     total_s = exposed_s = volume = 0.0
     if par.pp > 1:
@@ -500,10 +502,13 @@ def _model_parallel(comm: _Comm, work: Work, st: StepTime, at: _Layout, links: I
         total_s += t
         exposed_s += t
         volume += sends * size
-        notes.append(f"pipeline: {par.pp} stages, 1F1B over {micro_batches} micro-batch(es) a step (the gradient accumulation):"
-                     f" the bubble idles each GPU (pp - 1) / (m + pp - 1) = {bubble_fraction(par.pp, micro_batches):.0%}"
-                     f" of the step (Narayanan et al. 2021); each micro-batch sends {size / 1e6:,.1f} MB a GPU (16-bit) between "
-                     f"stages {'forward and backward ' if cfg.training else ''}over "
+        idle = f"{bubble_fraction(par.pp, micro_batches):.0%}"
+        schedule = (f"1F1B over {micro_batches} micro-batch(es) a step (the gradient accumulation): the bubble idles "
+                    f"each GPU (pp - 1) / (m + pp - 1) = {idle} of the step (Narayanan et al. 2021)" if cfg.training else
+                    f"one batch passes through the stages in turn, each GPU idle {idle} of the time (batches that "
+                    "could fill the pipeline are not modelled)")
+        notes.append(f"pipeline: {par.pp} stages, {schedule}; each micro-batch sends {format_bytes(int(size), binary=False)} a GPU "
+                     f"(16-bit) between stages {'forward and backward ' if cfg.training else ''}over "
                      f"{'the node' if in_node else 'the network'}; stages are timed as equal (layers / pp each; "
                      "the embedding and the output head are not balanced)")
     if par.cp > 1:
@@ -518,7 +523,7 @@ def _model_parallel(comm: _Comm, work: Work, st: StepTime, at: _Layout, links: I
         total_s += t
         exposed_s += max(0.0, t - attention_s)
         volume += size
-        notes.append(f"context parallelism: {par.cp} ranks pass 16-bit K and V round a ring, {size / 1e9:,.2f} GB a GPU "
+        notes.append(f"context parallelism: {par.cp} ranks pass 16-bit K and V round a ring, {format_bytes(int(size), binary=False)} a GPU "
                      "and "
                      f"micro-batch over {'the node' if in_node else 'the network'}, overlapped with attention; "
                      f"the sequence is split in 2 x {par.cp} chunks for balanced causal work (Megatron-Core)")
@@ -535,7 +540,7 @@ def _model_parallel(comm: _Comm, work: Work, st: StepTime, at: _Layout, links: I
         exposed_s += t
         volume += calls * size
         notes.append(f"expert parallelism: {par.ep} ranks, an all-to-all dispatch and combine around each MoE layer "
-                     f"({size / 1e6:,.1f} MB of 16-bit activations a GPU each, over "
+                     f"({format_bytes(int(size), binary=False)} of 16-bit activations a GPU each, over "
                      f"{'the node' if in_node else 'the network'}), not "
                      "overlapped with compute; routing assumed balanced (every rank gets its share of tokens)")
     return comm.model_copy(update={"comm_s": comm.comm_s + total_s, "exposed_s": comm.exposed_s + exposed_s,
