@@ -838,7 +838,8 @@ def check_layout(shape: ModelShape, cfg: RunConfig) -> None:
         raise UsageError(
             f"tensor parallelism over {tp} GPUs does not divide {shape.name}'s {m.heads} attention heads and "
             f"{m.n_kv_heads} KV heads",
-            hint=f"use a GPU count that divides {m.heads} and divides or is a multiple of {m.n_kv_heads}",
+            hint=f"use a {'tensor-parallel degree' if cfg.tp is not None else 'GPU count'} that divides {m.heads} "
+                 f"and divides or is a multiple of {m.n_kv_heads}",
             field=tensor_parallel_field(cfg.tp is not None),
         )
 
