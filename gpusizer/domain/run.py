@@ -36,7 +36,8 @@ DEFAULT_FRAGMENTATION = 0.05
 
 
 class RunConfig(BaseModel):
-    """What is run, and how. ``batch`` is per GPU (per model replica for tp).
+    """What is run, and how. ``batch`` is per GPU (per model replica for tp, pp and cp: one
+    micro-batch, ``micro_batches`` of them a step).
 
     ``precision`` is the storage precision the memory model counts; a run that
     computes in tf32 or fp8 names its storage with
