@@ -20,7 +20,7 @@ from gpusizer.api._common import (
     resolve_model,
     resolve_node,
 )
-from gpusizer.domain.parallelism import sharded_gpus
+from gpusizer.domain.parallelism import LAYOUT_DEGREES, Parallelism, sharded_gpus
 from gpusizer.domain.precision import default_precision, storage_precision
 from gpusizer.domain.run import RunConfig
 from gpusizer.domain.shape import ModelShape
@@ -171,8 +171,8 @@ def estimate(
     prec = precision or default_precision(mode, adapters=adapted)
     mem_prec = storage_precision(prec, mode)
     given_batch = settings.get("batch", run.batch if run is not None and "batch" in run.model_fields_set else None)
-    cfg = _run(run, {**settings, "mode": mode, "precision": mem_prec, "batch": given_batch or 1,
-                     "persistent_grads": grad_accumulation > 1, "gpus": gpus})
+    cfg = _layout(_run(run, {**settings, "mode": mode, "precision": mem_prec, "batch": given_batch or 1,
+                             "persistent_grads": grad_accumulation > 1, "gpus": gpus}), nodes, grad_accumulation)
     notes = [n for n in (res.note, *node.notes, input_default_note(shape, cfg)) if n]
     inputs = {
         "model": shape.name, "params": shape.params, "gpu": gpu or node.gpu, "system": system, "resolved_id": g.id,
@@ -182,7 +182,7 @@ def estimate(
         "dataset_size": dataset_size, "tokens": tokens, "price_per_hour": price_per_hour,
         "catalog_files": list(cat.files),
     }
-    mem_cfg = cfg.model_copy(update={"gpus": sharded_gpus(cfg.strategy, gpus, nodes)})
+    mem_cfg = cfg.model_copy(update={"gpus": sharded_gpus(cfg.strategy, gpus, nodes, **cfg.layout_degrees)})
     if given_batch is None:
         try:
             choice = default_batch(shape, cfg, g.memory_bytes, precision=prec, phase=phase, nodes=nodes)
@@ -232,7 +232,19 @@ def _run_echo(cfg: RunConfig) -> dict[str, Any]:
     """The run settings every estimate echoes in its input."""
     return cfg.model_dump(mode="json", include={
         "batch", "seq_len", "image_size", "mode", "optimizer", "strategy", "flash_attention", "logits", "kv_cache",
-        "checkpointing", "adapter", "offload", "offload_to", "weight_format", "loss"})
+        "checkpointing", "adapter", "offload", "offload_to", "weight_format", "loss", *LAYOUT_DEGREES,
+        "micro_batches"})
+
+
+def _layout(cfg: RunConfig, nodes: int, grad_accumulation: int) -> RunConfig:
+    """The run's micro-batches (the gradient accumulation), and with model-parallel degrees
+    ``--strategy tp`` without ``--tp`` takes the GPUs of a node that pp and cp leave
+    (Parallelism.of_cluster); the memory model, which sees the whole cluster, is told that degree."""
+    cfg = cfg.model_copy(update={"micro_batches": grad_accumulation})
+    if cfg.tp is not None or max(cfg.pp, cfg.cp, cfg.ep) == 1:
+        return cfg
+    par = Parallelism.of_cluster(cfg.strategy, cfg.gpus, nodes, pp=cfg.pp, cp=cfg.cp, ep=cfg.ep)
+    return cfg.model_copy(update={"tp": par.tp})
 
 class _PerfArgs(BaseModel):
     """The performance model's settings beyond the RunConfig."""

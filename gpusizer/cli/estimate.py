@@ -56,10 +56,14 @@ from gpusizer.cli.options import (
 )
 from gpusizer.cli.root import command_app, guarded
 from gpusizer.cli.run_options import (
+    CpOpt,
+    EpOpt,
     KvCacheOpt,
     OffloadOpt,
     OffloadToOpt,
+    PpOpt,
     StrategyOptT,
+    TpOpt,
     WeightsOpt,
     precision_help,
 )
@@ -132,6 +136,7 @@ def estimate_cmd(
     cuda_graphs: CudaGraphsOpt = True,
     optimizer: OptimizerOptT = "adamw",
     strategy: StrategyOptT = "ddp",
+    tp: TpOpt = None, pp: PpOpt = 1, cp: CpOpt = 1, ep: EpOpt = 1,  # (the layout: domain.parallelism)
     head: HeadOptT = "lm",
     checkpointing: CheckpointOpt = False,
     flash_attention: FlashOpt = False,
@@ -171,7 +176,7 @@ def estimate_cmd(
         batch=batch, seq_len=seq_len, image_size=image_size, optimizer=optimizer, strategy=strategy,
         head=head, checkpointing=checkpointing, attention="fused" if flash_attention else attention, logits=logits,
         kv_cache=kv_cache, adapter=adapter_settings(lora, qlora, lora_targets, double_quant),
-        offload=offload, offload_to=offload_to, weight_format=weights, loss=loss,
+        offload=offload, offload_to=offload_to, weight_format=weights, loss=loss, tp=tp, pp=pp, cp=cp, ep=ep,
     )
     write_report(ctx, report, result)
     _print_estimate(ctx, result, json_out)

@@ -61,10 +61,14 @@ from gpusizer.cli.options import (
 )
 from gpusizer.cli.root import command_app, guarded
 from gpusizer.cli.run_options import (
+    CpOpt,
+    EpOpt,
     KvCacheOpt,
     OffloadOpt,
     OffloadToOpt,
+    PpOpt,
     StrategyOptT,
+    TpOpt,
     WeightsOpt,
     precision_help,
 )
@@ -127,6 +131,7 @@ def fit_model_cmd(
         min=1, metavar="N", rich_help_panel=HARDWARE, help="GPUs the run is spread over. Default 1, or the --system's count.")] = None,
     system: SystemOpt = None,
     strategy: StrategyOptT = "ddp",
+    tp: TpOpt = None, pp: PpOpt = 1, cp: CpOpt = 1, ep: EpOpt = 1,  # (the layout: domain.parallelism)
     gpu: Annotated[list[str] | None, typer.Option("--gpu", metavar="GPU", rich_help_panel=HARDWARE, autocompletion=complete_gpu, help="Check these GPUs (repeatable). Default: the whole catalog.")] = None,
     local: Annotated[bool, typer.Option("--local", rich_help_panel=HARDWARE, help="Check this machine's GPUs and their free memory (NVML).")] = False,
     memory: Annotated[list[str] | None, typer.Option("--memory", metavar="SIZE", rich_help_panel=HARDWARE, help=(
@@ -164,7 +169,8 @@ def fit_model_cmd(
             adapter=adapter_settings(lora, qlora, lora_targets, double_quant),
             offload=offload, offload_to=offload_to, weight_format=weights, loss=loss,
             head=head, persistent_grads=grad_accumulation > 1, gpus=gpus,
-            strategy=strategy, context_bytes=_parse_overhead(overhead),
+            strategy=strategy, context_bytes=_parse_overhead(overhead), tp=tp, pp=pp, cp=cp, ep=ep,
+            micro_batches=grad_accumulation,
         )
     write_report(ctx, report, result)
     _print_fit(ctx, result, json_out, top)

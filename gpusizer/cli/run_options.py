@@ -42,6 +42,22 @@ StrategyOptT = Annotated[Strategy, typer.Option(
     metavar="STRATEGY", rich_help_panel=HARDWARE,
     help="ddp replicates; zero1/2/3 and fsdp shard over every GPU; tp splits each layer over a node's GPUs.")]
 
+TpOpt = Annotated[int | None, typer.Option(
+    "--tp", min=1, max=1024, metavar="N", rich_help_panel=HARDWARE,
+    help="Tensor-parallel degree. Default: every GPU (of a node) left by --pp and --cp with --strategy tp, "
+         "else 1. The GPUs left by --tp x --pp x --cp are data-parallel replicas, sharded per --strategy.")]
+PpOpt = Annotated[int, typer.Option(
+    "--pp", min=1, max=1024, metavar="N", rich_help_panel=HARDWARE,
+    help="Pipeline stages (1F1B): each holds layers / N layers; the first holds the activations of "
+         "min(N, --grad-accumulation) micro-batches.")]
+CpOpt = Annotated[int, typer.Option(
+    "--cp", min=1, max=1024, metavar="N", rich_help_panel=HARDWARE,
+    help="Context parallelism (ring attention): each rank holds seq / N tokens; training only.")]
+EpOpt = Annotated[int, typer.Option(
+    "--ep", min=1, max=1024, metavar="N", rich_help_panel=HARDWARE,
+    help="Expert parallelism for mixture-of-experts models: each rank holds 1/N of the experts. Its ranks "
+         "are data-parallel ranks (N divides the GPUs left by --tp x --pp).")]
+
 
 def precision_help(names: tuple[str, ...], lead: str = "") -> str:
     """Help for a --precision option, from the precision table's own descriptions."""

@@ -3,26 +3,49 @@
 :func:`sharding` is the one rule the memory and performance models use to divide
 weights, gradients, optimizer state and activations among GPUs. A run states
 its parallelism as a ``strategy`` over a number of GPUs (``RunConfig.strategy``
-and ``RunConfig.gpus``, what the command line takes); :meth:`Parallelism.of`
-turns that into the degrees below.
+and ``RunConfig.gpus``, what the command line takes), optionally with the model-parallel
+degrees ``tp``, ``pp``, ``cp`` and ``ep``; :meth:`Parallelism.of` turns that into the
+degrees below.
 
-What each degree shards (per GPU, ``/`` = divided by the degree):
+What each degree shards (per GPU, ``/`` = divided by the degree; ``dp`` counts the
+data-parallel replicas, ``dp x cp`` the ranks ZeRO/FSDP shard over):
 
-=============  =======  =========  =========  ===========  ====================
-degree         weights  gradients  optimizer  activations  notes
-=============  =======  =========  =========  ===========  ====================
-dp (DDP)       -        -          -          -            replicas; DDP buckets
-                                                           copy the gradients
-ZeRO-1         -        -          / dp       -            Rajbhandari et al. 2020
-ZeRO-2         -        / dp       / dp       -
-ZeRO-3, FSDP   / dp     / dp       / dp       -            two layers gathered
-tp             / tp     / tp       / tp       / tp (most)  Megatron-LM
-pp, cp, ep     see :class:`Parallelism`; not yet modelled
-=============  =======  =========  =========  ===========  ====================
+=============  =========  =========  =========  ===========  ======================
+degree         weights    gradients  optimizer  activations  notes
+=============  =========  =========  =========  ===========  ======================
+dp (DDP)       -          -          -          -            replicas; DDP buckets
+                                                             copy the gradients
+ZeRO-1         -          -          / dp cp    -            Rajbhandari et al. 2020
+ZeRO-2         -          / dp cp    / dp cp    -
+ZeRO-3, FSDP   / dp cp    / dp cp    / dp cp    -            two layers gathered
+tp             / tp       / tp       / tp       / tp (most)  Megatron-LM (Shoeybi
+                                                             et al. 2019)
+pp             layers     layers     layers     min(pp, m)   1F1B (Narayanan et al.
+               / pp       / pp       / pp       micro-       2021); embedding on
+                                                batches      the first stage, head
+                                                on stage 1   on the last
+cp             -          -          -          sequence     ring attention
+                                                / cp         (Megatron-Core CP)
+ep             experts    experts    experts    -            ep ranks are dp (or
+               / ep       / ep       / ep                    cp) ranks: Megatron-
+                                                             Core MoE
+=============  =========  =========  =========  ===========  ======================
+
+How the degrees combine (:meth:`Parallelism.of`): a run's GPUs are
+``tp x pp x cp x dp``. Tensor parallelism is ``tp`` when given, else every GPU
+(of a node) left by ``pp`` and ``cp`` under ``strategy="tp"``, else 1; the GPUs
+left are data-parallel replicas, sharded per the strategy (ZeRO/FSDP shard over
+``dp x cp``, as Megatron-Core's distributed optimizer does over its data-parallel
+group with context parallelism). Expert parallelism does not multiply the GPUs:
+as in Megatron-Core and DeepSpeed-MoE, each ep rank runs its own data and holds
+1/ep of every MoE layer's experts, so ``ep`` must divide ``dp x cp`` (MoE Parallel
+Folding, Liu et al. 2025). A layout whose degrees do not divide is a UsageError
+naming the options.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -44,60 +67,117 @@ ZERO_STAGE: dict[str, int] = {"ddp": 0, "zero1": 1, "zero2": 2, "zero3": 3, "fsd
 
 
 class Parallelism(BaseModel):
-    """The parallel degrees of a run. The product of the degrees is the GPU count
-    that shares one model (``tp * pp * cp * ep``) times the data-parallel replicas."""
+    """The parallel degrees of a run. Its GPUs are ``tp * pp * cp * dp``; ``ep`` ranks are
+    data-parallel (or context-parallel) ranks that split the experts among them."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    #: data-parallel replicas (the ZeRO/FSDP shard count when zero_stage > 0)
+    #: data-parallel replicas (the ZeRO/FSDP shard count, times cp, when zero_stage > 0)
     dp: int = Field(default=1, ge=1, le=1 << 16)
     #: tensor parallelism (Megatron-LM): each layer's matrices split over tp GPUs
     tp: int = Field(default=1, ge=1, le=1 << 16)
-    #: pipeline stages; not yet modelled (the engine rejects pp > 1)
+    #: pipeline stages (1F1B): each holds layers / pp of the layers
     pp: int = Field(default=1, ge=1, le=1 << 16)
-    #: context (sequence) parallelism; not yet modelled (rejected when > 1)
+    #: context parallelism: each rank holds seq / cp of every sequence's tokens
     cp: int = Field(default=1, ge=1, le=1 << 16)
-    #: expert parallelism for mixture-of-experts layers; not yet modelled (rejected when > 1)
+    #: expert parallelism: each rank holds experts / ep of every MoE layer's routed experts
     ep: int = Field(default=1, ge=1, le=1 << 16)
-    #: ZeRO stage over the dp replicas: 1 shards optimizer state, 2 also gradients,
+    #: ZeRO stage over the dp x cp ranks: 1 shards optimizer state, 2 also gradients,
     #: 3 (and FSDP FULL_SHARD) also the weights
     zero_stage: Literal[0, 1, 2, 3] = 0
     #: the run names FSDP rather than DeepSpeed ZeRO-3 (same sharding)
     fsdp: bool = False
 
     @classmethod
-    def of(cls, strategy: str, gpus: int) -> Parallelism:
-        """The degrees of ``strategy`` over ``gpus`` GPUs (one GPU is always plain)."""
+    def of(cls, strategy: str, gpus: int, *, tp: int | None = None, pp: int = 1, cp: int = 1, ep: int = 1,
+           node_gpus: int | None = None) -> Parallelism:
+        """The degrees of ``strategy`` over ``gpus`` GPUs (one GPU is always plain), with the
+        model-parallel degrees given (see the module's docstring): ``tp`` fixes tensor
+        parallelism, else ``strategy="tp"`` takes every GPU left by ``pp`` and ``cp`` (at most
+        ``node_gpus``, a node's)."""
         if strategy not in ZERO_STAGE:
             raise UsageError(f"unknown strategy {strategy!r}", hint=f"one of {', '.join(STRATEGIES)}")
-        if gpus <= 1:
-            return cls()
-        if strategy == "tp":
-            return cls(tp=gpus)
-        return cls(dp=gpus, zero_stage=ZERO_STAGE[strategy], fsdp=strategy == "fsdp")
+        if tp is None and pp == cp == ep == 1:
+            if gpus <= 1:
+                return cls()
+            if strategy == "tp":
+                return cls(tp=gpus)
+            return cls(dp=gpus, zero_stage=ZERO_STAGE[strategy], fsdp=strategy == "fsdp")
+        return _layout(cls, strategy, gpus, tp=tp, pp=pp, cp=cp, ep=ep, node_gpus=node_gpus)
 
     @classmethod
-    def of_cluster(cls, strategy: str, gpus_per_node: int, nodes: int = 1) -> Parallelism:
+    def of_cluster(cls, strategy: str, gpus_per_node: int, nodes: int = 1, *, tp: int | None = None, pp: int = 1,
+                   cp: int = 1, ep: int = 1) -> Parallelism:
         """The degrees of ``strategy`` on ``nodes`` nodes of ``gpus_per_node`` GPUs:
         tensor parallelism stays inside a node (its fast links) and the nodes are
-        data-parallel replicas; ZeRO and FSDP shard over every GPU."""
+        data-parallel replicas (or pipeline stages); ZeRO and FSDP shard over every GPU."""
+        if tp is not None or pp > 1 or cp > 1 or ep > 1:
+            return cls.of(strategy, gpus_per_node * nodes, tp=tp, pp=pp, cp=cp, ep=ep, node_gpus=gpus_per_node)
         if strategy == "tp" and gpus_per_node > 1:
             return cls(tp=gpus_per_node, dp=nodes)
         return cls.of(strategy, gpus_per_node * nodes)
 
     @property
     def gpus(self) -> int:
-        return self.dp * self.tp * self.pp * self.cp * self.ep
+        return self.dp * self.tp * self.pp * self.cp
+
+    @property
+    def zero_ranks(self) -> int:
+        """The ranks ZeRO/FSDP shard over and gradients are reduced over: the data-parallel
+        replicas and, as in Megatron-Core, the context-parallel ranks (they hold the same weights)."""
+        return self.dp * self.cp
 
     @property
     def gathers_layers(self) -> bool:
         """ZeRO-3 and FSDP gather each layer's full weights before using it."""
-        return self.dp > 1 and self.zero_stage >= 3
+        return self.zero_ranks > 1 and self.zero_stage >= 3
 
     @property
     def replicated_gradients(self) -> bool:
         """Plain DDP: every replica keeps all gradients, plus a bucket copy."""
-        return self.dp > 1 and self.zero_stage == 0
+        return self.zero_ranks > 1 and self.zero_stage == 0
+
+    @property
+    def model_parallel(self) -> bool:
+        """Whether one replica's work is split over GPUs (tp, pp, cp or ep above 1)."""
+        return max(self.tp, self.pp, self.cp, self.ep) > 1
+
+    def words(self, strategy: str, mode: str) -> str:
+        """The degrees in words: "TP=2, PP=4, DP=2 ZeRO-1"; data parallelism is named by the
+        strategy ("DP=2 FSDP", or "replicas" serving)."""
+        parts = [f"{name}={value}" for name, value in (("TP", self.tp), ("PP", self.pp), ("CP", self.cp),
+                                                        ("EP", self.ep)) if value > 1]
+        if self.dp > 1:
+            label = "replicas" if mode == "inference" and self.zero_stage < 3 else \
+                "DDP" if strategy == "tp" else STRATEGY_LABELS[strategy]
+            parts.append(f"DP={self.dp} {label}")
+        elif self.zero_stage and self.cp > 1:
+            parts.append(f"{STRATEGY_LABELS[strategy]} over CP")
+        return ", ".join(parts)
+
+
+def _layout(cls: type[Parallelism], strategy: str, gpus: int, *, tp: int | None, pp: int, cp: int, ep: int,
+            node_gpus: int | None) -> Parallelism:
+    """Parallelism.of for a layout with model-parallel degrees: check that they divide."""
+    if gpus % (pp * cp):
+        groups = " x ".join(f"{n} {what}" for n, what in ((pp, "pipeline stages"), (cp, "context-parallel ranks"))
+                            if n > 1)
+        raise UsageError(f"{gpus} GPU{'s do' if gpus > 1 else ' does'} not split into {groups}",
+                         hint=f"use a GPU count that {pp * cp} (pipeline stages x context-parallel ranks) divides", field="gpus")
+    rest = gpus // (pp * cp)
+    if tp is None:
+        tp = (min(rest, node_gpus) if node_gpus else rest) if strategy == "tp" else 1
+    if rest % tp:
+        raise UsageError(f"{tp}-way tensor parallelism does not divide the {rest} GPU(s) left by the pipeline stages and "
+                         f"context-parallel ranks ({gpus} GPUs / {pp * cp})",
+                         hint=f"use a GPU count that {tp * pp * cp} (tensor x pipeline x context degrees) divides", field="tp")
+    dp = rest // tp
+    if (dp * cp) % ep:
+        raise UsageError(f"expert parallelism over {ep} GPUs needs the data-parallel x context-parallel ranks "
+                         f"({dp} x {cp}) to be a multiple of {ep}: ep ranks are data-parallel ranks",
+                         hint="use a GPU count that leaves a multiple of the expert-parallel degree as data-parallel ranks", field="ep")
+    zero = ZERO_STAGE[strategy] if dp * cp > 1 else 0
+    return cls(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, zero_stage=zero, fsdp=strategy == "fsdp" and zero > 0)
 
 
 class Sharding(BaseModel):
@@ -105,28 +185,60 @@ class Sharding(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
+    #: the dense weights' (attention, embeddings, dense MLPs) divisors
     weights: int = Field(ge=1)
     gradients: int = Field(ge=1)
     optimizer: int = Field(ge=1)
     #: the tensor-parallel split of the layers' activations, KV cache and logits
     activations: int = Field(ge=1)
+    #: the routed experts' divisors: also split by expert parallelism (ZeRO then shards the
+    #: rest over the dp x cp / ep ranks that hold the same experts)
+    expert_weights: int = Field(default=1, ge=1)
+    expert_gradients: int = Field(default=1, ge=1)
+    expert_optimizer: int = Field(default=1, ge=1)
+    #: pipeline stages: each GPU holds the layers of one stage
+    stages: int = Field(default=1, ge=1)
+    #: context parallelism: each GPU holds this fraction of every sequence's tokens
+    sequence: int = Field(default=1, ge=1)
+
+    @property
+    def ep_split(self) -> bool:
+        """Whether the routed experts are divided otherwise than the dense weights (expert parallelism)."""
+        return (self.expert_weights, self.expert_gradients, self.expert_optimizer) != \
+            (self.weights, self.gradients, self.optimizer)
 
 
 def sharding(par: Parallelism) -> Sharding:
-    """The one rule for what each GPU of ``par`` holds (see the module's table)."""
-    unmodelled = [f"{name}={value}" for name, value in (("pp", par.pp), ("cp", par.cp), ("ep", par.ep)) if value > 1]
-    if unmodelled:
-        raise UsageError(
-            f"pipeline, context and expert parallelism are not modelled yet ({', '.join(unmodelled)})",
-            hint="use dp with ZeRO/FSDP, or tp",
-        )
-    model = par.tp
+    """The one rule for what each GPU of ``par`` holds (see the module's table). The weights
+    divisors are for the whole model's weights of their kind; pipeline stages divide the
+    layers (memory.estimate places the embedding and the head)."""
+    zero, z = par.zero_ranks, par.zero_stage
+    expert_zero = zero // par.ep
+
+    def div(stage: int, shard: int) -> int:
+        return shard if z >= stage else 1
+
     return Sharding(
-        weights=model * (par.dp if par.zero_stage >= 3 else 1),
-        gradients=model * (par.dp if par.zero_stage >= 2 else 1),
-        optimizer=model * (par.dp if par.zero_stage >= 1 else 1),
+        weights=par.tp * div(3, zero), gradients=par.tp * div(2, zero), optimizer=par.tp * div(1, zero),
         activations=par.tp,
+        expert_weights=par.tp * par.ep * div(3, expert_zero), expert_gradients=par.tp * par.ep * div(2, expert_zero),
+        expert_optimizer=par.tp * par.ep * div(1, expert_zero), stages=par.pp, sequence=par.cp,
     )
+
+
+#: the RunConfig fields (and JSON input keys) of the model-parallel degrees
+LAYOUT_DEGREES: tuple[str, ...] = ("tp", "pp", "cp", "ep")
+
+
+def tensor_parallel_field(given: bool) -> str:
+    """The input that set the tensor-parallel degree: ``tp`` when given, else ``gpus``
+    (strategy "tp" over the GPUs)."""
+    return LAYOUT_DEGREES[0] if given else "gpus"
+
+
+def shards_over_replicas(strategy: str) -> bool:
+    """Whether more data-parallel ranks hold less of the model state (ZeRO, FSDP)."""
+    return Parallelism.of(strategy, 2).zero_stage > 0
 
 
 def shards_weights(strategy: str) -> bool:
@@ -169,9 +281,13 @@ def tensor_parallel(tp: int) -> dict[str, int | str]:
     return {"gpus": tp, "strategy": "tp" if tp > 1 else "ddp"}
 
 
-def sharded_gpus(strategy: str, gpus_per_node: int, nodes: int = 1) -> int:
+def sharded_gpus(strategy: str, gpus_per_node: int, nodes: int = 1, *, tp: int | None = None, pp: int | None = 1,
+                 cp: int | None = 1, ep: int | None = 1) -> int:
     """GPUs one model is spread over by ``strategy`` (:meth:`Parallelism.of_cluster`):
-    a node's GPUs for tensor parallelism, every GPU for ZeRO and FSDP."""
+    a node's GPUs for tensor parallelism, every GPU for ZeRO and FSDP, and every GPU for a
+    layout with model-parallel degrees (tp, pp, cp, ep given)."""
+    if tp is not None or max(pp or 1, cp or 1, ep or 1) > 1:
+        return gpus_per_node * nodes
     par = Parallelism.of_cluster(strategy, gpus_per_node, nodes)
     return par.tp if par.tp > 1 else par.dp
 
@@ -193,8 +309,22 @@ def strategy_label(strategy: str, mode: str) -> str:
     return STRATEGY_LABELS[strategy]
 
 
-def layout_words(strategy: str, gpus: int, mode: str) -> str:
-    """The run's GPUs in words: "1 GPU", "4 GPUs (TP=4)", "8 GPUs (FSDP)", "2 GPUs (replicas)"."""
+def degree_words(strategy: str, gpus: int, mode: str, degrees: Mapping[str, int | None]) -> str | None:
+    """The model-parallel degrees of a layout in words ("TP=8, PP=2, DP=2 ZeRO-1"), from
+    ``degrees`` (the JSON input's tp, pp, cp and ep); None for a run without them."""
+    tp, pp, cp, ep = (degrees.get(k) for k in LAYOUT_DEGREES)
+    if tp is None and max(pp or 1, cp or 1, ep or 1) == 1:
+        return None
+    return Parallelism.of(strategy, gpus, tp=tp, pp=pp or 1, cp=cp or 1, ep=ep or 1).words(strategy, mode) or None
+
+
+def layout_words(strategy: str, gpus: int, mode: str, *, tp: int | None = None, pp: int | None = 1,
+                 cp: int | None = 1, ep: int | None = 1) -> str:
+    """The run's GPUs in words: "1 GPU", "4 GPUs (TP=4)", "8 GPUs (FSDP)", "2 GPUs (replicas)",
+    and with model-parallel degrees "16 GPUs (TP=2, PP=4, DP=2 ZeRO-1)"."""
+    if tp is not None or max(pp or 1, cp or 1, ep or 1) > 1:
+        words = degree_words(strategy, gpus, mode, dict(zip(LAYOUT_DEGREES, (tp, pp, cp, ep), strict=True)))
+        return f"{gpus} GPUs ({words})" if gpus > 1 and words else "1 GPU"
     if gpus <= 1:
         return "1 GPU"
     label = strategy_label(strategy, mode)
@@ -202,6 +332,10 @@ def layout_words(strategy: str, gpus: int, mode: str) -> str:
 
 
 __all__ = [
+    "LAYOUT_DEGREES",
+    "degree_words",
+    "shards_over_replicas",
+    "tensor_parallel_field",
     "STRATEGIES",
     "NODE_GPUS",
     "STRATEGY_LABELS",

@@ -36,7 +36,8 @@ DEFAULT_FRAGMENTATION = 0.05
 
 
 class RunConfig(BaseModel):
-    """What is run, and how. ``batch`` is per GPU (per model replica for tp).
+    """What is run, and how. ``batch`` is per GPU (per model replica for tp, pp and cp: one
+    micro-batch, ``micro_batches`` of them a step).
 
     ``precision`` is the storage precision the memory model counts; a run that
     computes in tf32 or fp8 names its storage with
@@ -88,6 +89,16 @@ class RunConfig(BaseModel):
     #: GPUs the model is spread over by ``strategy``
     gpus: int = Field(default=1, ge=1, le=1 << 16)
     strategy: Strategy = "ddp"
+    #: tensor-parallel degree; None: every GPU left by pp and cp under strategy "tp", else 1
+    tp: int | None = Field(default=None, ge=1, le=1 << 16)
+    #: pipeline stages (1F1B), context-parallel ranks, expert-parallel ranks
+    #: (domain.parallelism says how they combine with ``gpus`` and ``strategy``)
+    pp: int = Field(default=1, ge=1, le=1 << 16)
+    cp: int = Field(default=1, ge=1, le=1 << 16)
+    ep: int = Field(default=1, ge=1, le=1 << 16)
+    #: micro-batches of ``batch`` per optimizer step (gradient accumulation); with pipeline
+    #: parallelism the 1F1B schedule's micro-batches
+    micro_batches: int = Field(default=1, ge=1, le=1 << 16)
     #: fixed overhead in bytes (CUDA context); None = default
     context_bytes: int | None = Field(default=None, ge=0, le=1 << 40)
     fragmentation: float = Field(default=DEFAULT_FRAGMENTATION, ge=0, le=1)
@@ -144,7 +155,12 @@ class RunConfig(BaseModel):
 
     @property
     def parallelism(self) -> Parallelism:
-        return Parallelism.of(self.strategy, self.gpus)
+        return Parallelism.of(self.strategy, self.gpus, tp=self.tp, pp=self.pp, cp=self.cp, ep=self.ep)
+
+    @property
+    def layout_degrees(self) -> dict[str, int | None]:
+        """The model-parallel degrees as given (for Parallelism.of and of_cluster)."""
+        return {"tp": self.tp, "pp": self.pp, "cp": self.cp, "ep": self.ep}
 
     @property
     def sharding(self) -> Sharding:

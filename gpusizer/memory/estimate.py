@@ -20,7 +20,14 @@ from gpusizer.domain.finetune import (
     expert_weight_copy_elements,
     require_transformer,
 )
-from gpusizer.domain.parallelism import Parallelism, sharded_gpus, sharding, shards_weights
+from gpusizer.domain.parallelism import (
+    Parallelism,
+    sharded_gpus,
+    sharding,
+    shards_over_replicas,
+    shards_weights,
+    tensor_parallel_field,
+)
 from gpusizer.domain.precision import WEIGHT_FORMATS, kv_element_bytes, storage_spec
 from gpusizer.domain.run import DEFAULT_FRAGMENTATION, RunConfig, make_run_config
 from gpusizer.domain.shape import (
@@ -91,6 +98,85 @@ class MemoryBreakdown(BaseModel):
     cpu_bytes: int = 0
     nvme_bytes: int = 0
     notes: tuple[str, ...] = ()
+
+
+# --------------------------------------------------------------------------
+# pipeline stages
+
+
+class Stage(BaseModel):
+    """The layers one pipeline stage holds. Stages take consecutive, equal runs of layers
+    (Megatron-LM's default); the first also holds the embedding, the last the final norm and
+    the output head (with tied embeddings a copy of the embedding, as Megatron-LM keeps)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    index: int
+    stages: int
+    #: a mixture's leading dense layers on this stage
+    dense_layers: int
+    #: its other layers (every layer of a dense model)
+    main_layers: int
+    #: micro-batches whose activations it holds at once under 1F1B: min(stages - index, m)
+    in_flight: int
+
+    @property
+    def first(self) -> bool:
+        return self.index == 0
+
+    @property
+    def last(self) -> bool:
+        return self.index == self.stages - 1
+
+    @property
+    def layers(self) -> int:
+        return self.dense_layers + self.main_layers
+
+    @property
+    def name(self) -> str:
+        return "first" if self.first else "last" if self.last else f"stage {self.index + 1}"
+
+
+def pipeline_stage(m: TransformerShape, cfg: RunConfig, index: int) -> Stage:
+    """Stage ``index`` (0-based) of the run's pipeline: layers / pp consecutive layers, and
+    under 1F1B (Narayanan et al. 2021, section 2.2.1) the activations of min(pp - index,
+    micro-batches) micro-batches."""
+    pp = cfg.sharding.stages
+    per = m.layers // pp
+    lo, hi = index * per, (index + 1) * per
+    dense = max(0, min(hi, m.dense_layers) - lo)
+    return Stage(index=index, stages=pp, dense_layers=dense, main_layers=per - dense,
+                 in_flight=min(pp - index, cfg.micro_batches))
+
+
+def held_fractions(shape: ModelShape, cfg: RunConfig, stage: Stage | None = None) -> tuple[float, float, float]:
+    """The fractions of the model's parameters whose weights, gradients and optimizer state one
+    GPU holds: its stage's layers (the embedding on the first stage, the head on the last), the
+    dense parts divided by the dense divisors and the routed experts by the expert divisors
+    (Sharding). Norms, biases and routers are spread over the layers in proportion to their
+    matrices."""
+    split, m, total = cfg.sharding, shape.transformer, shape.params
+    if m is None or total <= 0:
+        return 1 / split.weights, 1 / split.gradients, 1 / split.optimizer
+    experts = routed_expert_params(m)
+    if stage is None:
+        dense, routed = float(total - experts), float(experts)
+    else:
+        embedding = m.vocab * m.hidden
+        head = 0 if m.tied_embeddings else embedding
+        rest = max(0, total - experts - embedding - head)
+        moe = m.experts > 1
+        main = attention_params(m) + (mlp_params(m, m.shared_ffn) if moe and m.shared_ffn else 0 if moe
+                                      else mlp_params(m))
+        lead = attention_params(m) + (_dense_mlp_params(m) if m.dense_layers else 0)
+        shaped = m.dense_layers * lead + (m.layers - m.dense_layers) * main
+        scale = rest / shaped if shaped else 0.0
+        dense = scale * (stage.dense_layers * lead + stage.main_layers * main)
+        dense += (embedding if stage.first else 0) + (embedding if stage.last and (not stage.first or head) else 0)
+        routed = float(stage.main_layers * m.experts * mlp_params(m)) if moe else 0.0
+    return ((dense / split.weights + routed / split.expert_weights) / total,
+            (dense / split.gradients + routed / split.expert_gradients) / total,
+            (dense / split.optimizer + routed / split.expert_optimizer) / total)
 
 
 # --------------------------------------------------------------------------
@@ -292,15 +378,18 @@ def _layer_activation_bytes(
 
 
 def transformer_activation_bytes(
-    m: TransformerShape, cfg: RunConfig, seq_len: int, *, tp: int = 1, shards: int = 1
+    m: TransformerShape, cfg: RunConfig, seq_len: int, *, tp: int = 1, shards: int = 1, stage: Stage | None = None,
 ) -> tuple[int, int, int, int]:
     """(saved activations on the GPU, one layer's activations, logits bytes, saved activations
-    offloaded to host memory) for a training step.
+    offloaded to host memory) for a training step, of a pipeline ``stage`` where there are stages.
 
     Includes the embedding output, final norm, logits and the fp32 log-softmax
     that cross-entropy saves. Under AMP the residual stream stays fp32. With
     checkpointing only each layer's input is kept, and one layer is recomputed
     during backward (returned as the second value, a transient).
+
+    A pipeline ``stage`` holds its own layers' activations for each micro-batch in flight
+    (1F1B), the embedding's on the first stage, the final norm's and the loss's on the last.
     """
     st = cfg.storage
     p = st.activation_bytes
@@ -320,32 +409,30 @@ def transformer_activation_bytes(
     if m.decoder_layers:
         dec_layer = layer_bytes(m, t, b, p, cross_len=s)
     sbh = s * b * m.hidden
+    n_dense = stage.dense_layers if stage is not None else m.dense_layers
+    n_main = stage.main_layers if stage is not None else m.layers - m.dense_layers
+    first, last = stage is None or stage.first, stage is None or stage.last
     if cfg.checkpointing:
-        stored = m.layers * r * sbh + (m.decoder_layers or 0) * r * t * b * m.hidden
+        stored = (n_dense + n_main) * r * sbh + (m.decoder_layers or 0) * r * t * b * m.hidden
         recompute = max(layer, dense_layer, dec_layer)
         largest = r * max(s, t) * b * m.hidden
     else:
-        stored = (m.layers - m.dense_layers) * layer + m.dense_layers * dense_layer \
-            + (m.decoder_layers or 0) * dec_layer
+        stored = n_main * layer + n_dense * dense_layer + (m.decoder_layers or 0) * dec_layer
         recompute = 0
         largest = max(layer, dense_layer, dec_layer)
     in_layers = stored  # what the layers save, apart from what they save per adapter or weight
     # embedding dropout mask and final norm input
-    stored += (sbh if dropout else 0) + r * sbh
-    if m.kind == "decoder":
+    stored += (sbh if dropout and first else 0) + (r * sbh if last else 0)
+    if m.kind == "decoder" and last:
         # a decoder's final norm keeps, like the layers' norms, its output for the output head
         # and, op by op (RMSNorm), the fp32 upcast of its input
         stored += (p + (4 if m.norm == "rmsnorm" else 0)) * sbh
-    if m.relative_position_bias:
-        # T5's relative position bias: each stack's first layer looks up an (s, s, heads)
-        # table and adds the mask, a (batch, heads, s, s) bias every layer shares and every
-        # checkpointed layer takes as an input; in the embedding's dtype (autocast leaves
-        # embeddings in fp32)
-        w = int(cfg.storage.weight_bytes)
-        stored += w * b * m.heads * (s * s + t * t) // tp
-        if cfg.checkpointing:
-            recompute += w * m.heads * s * s // tp
-    saved_logits, logits = _loss_bytes(m, cfg, (cfg.target_len or s) * b, tp)
+    bias_saved, bias_recompute = _relative_bias_bytes(m, cfg, s, t, tp)
+    stored, recompute = stored + bias_saved, recompute + bias_recompute
+    saved_logits, logits = _loss_bytes(m, cfg, (cfg.target_len or s) * b, tp) if last else (0, 0)
+    if stage is not None:
+        # activation offloading is modelled without pipeline stages (the layout check refuses both)
+        return (*_stage_activations(m, cfg, stage, stored, recompute, saved_logits, logits, b * s, tp, shards), 0)
     per_layer_extra = 0  # adapter intermediates and weight copies the layers save
     if cfg.adapter is not None and not cfg.checkpointing:
         # each adapter saves its rank-r intermediate (x A) for backward, in 16 bits
@@ -367,6 +454,18 @@ def transformer_activation_bytes(
     return stored + saved_logits - offloaded, recompute, logits, offloaded
 
 
+def _relative_bias_bytes(m: TransformerShape, cfg: RunConfig, s: int, t: int, tp: int) -> tuple[int, int]:
+    """(saved, recompute transient) of T5's relative position bias: each stack's first layer looks
+    up an (s, s, heads) table and adds the mask, a (batch, heads, s, s) bias every layer shares and
+    every checkpointed layer takes as an input; in the embedding's dtype (autocast leaves
+    embeddings in fp32). Nothing for other models."""
+    if not m.relative_position_bias:
+        return 0, 0
+    w = int(cfg.storage.weight_bytes)
+    saved = w * cfg.batch * m.heads * (s * s + t * t) // tp
+    return saved, (w * m.heads * s * s // tp if cfg.checkpointing else 0)
+
+
 def _offloaded_layer_bytes(m: TransformerShape, cfg: RunConfig, in_layers: int, largest: int, extra: int) -> int:
     """What activation offloading (torchtune's OffloadActivations, a saved-tensors hook around
     the layers) moves to host memory of the ``in_layers`` bytes the layers save: all but
@@ -378,6 +477,25 @@ def _offloaded_layer_bytes(m: TransformerShape, cfg: RunConfig, in_layers: int, 
     n = m.layers + (m.decoder_layers or 0)
     per_layer = largest + -(-extra // max(n, 1))
     return max(0, in_layers - min(n, OFFLOAD_RESIDENT_LAYERS) * per_layer)
+
+
+def _stage_activations(m: TransformerShape, cfg: RunConfig, stage: Stage, stored: int, recompute: int,
+                       saved_logits: int, logits: int, tokens: int, tp: int, shards: int) -> tuple[int, int, int]:
+    """A pipeline stage's activations: its layers' share of the per-layer extras (adapter inputs,
+    adapted experts, autocast's weight copies; the head's copy on the last stage), times the
+    micro-batches it holds in flight (1F1B: the first stage min(pp, m), the last 1)."""
+    share = stage.layers / m.layers
+    if cfg.adapter is not None and not cfg.checkpointing:
+        stored += int(2 * adapter_input_elements(m, cfg.adapter) * tokens // tp * share)
+    if cfg.checkpointing:
+        recompute += adapted_expert_bytes(m, cfg, tp)
+    else:
+        stored += int(adapted_expert_bytes(m, cfg, tp) * share)
+    if cfg.storage.autocast:
+        head = autocast_weight_copy_bytes(m, cfg, shards, layers=False)
+        layers = autocast_weight_copy_bytes(m, cfg, shards, layers=not cfg.checkpointing) - head
+        stored += int(layers * share) + (head if stage.last else 0)
+    return (stored + saved_logits) * stage.in_flight, recompute, logits
 
 
 def adapted_expert_bytes(m: TransformerShape, cfg: RunConfig, tp: int) -> int:
@@ -495,20 +613,25 @@ def offloaded_activation_bytes(shape: ModelShape, cfg: RunConfig) -> int:
     if cfg.offload != "activations" or not cfg.training or m is None:
         return 0
     split = cfg.sharding
-    return transformer_activation_bytes(m, cfg, transformer_seq_len(m, cfg), tp=split.activations,
-                                        shards=split.weights)[3]
+    return transformer_activation_bytes(m, cfg, transformer_seq_len(m, cfg) // split.sequence,
+                                        tp=split.activations, shards=split.weights)[3]
 
 
-def activation_bytes(shape: ModelShape, cfg: RunConfig) -> tuple[int, int, int, bool]:
-    """(saved activations, recompute transient, logits/loss transient, modelled?)."""
+def activation_bytes(shape: ModelShape, cfg: RunConfig, stage: Stage | None = None) -> tuple[int, int, int, bool]:
+    """(saved activations, recompute transient, logits/loss transient, modelled?), of a pipeline
+    ``stage`` where there are stages. Context parallelism gives each rank seq / cp tokens."""
     arch = shape.arch
     if arch is None:
         return 0, 0, 0, False
     split = cfg.sharding
     if isinstance(arch, TransformerShape):
-        seq = transformer_seq_len(arch, cfg)
+        seq = transformer_seq_len(arch, cfg) // split.sequence
         saved, recompute, logits, _ = transformer_activation_bytes(arch, cfg, seq, tp=split.activations,
-                                                                   shards=split.weights)
+                                                                   shards=split.weights, stage=stage)
+        if split.sequence > 1:
+            # ring attention: the K and V chunk in use and the one being received, one layer at a time
+            p = cfg.storage.activation_bytes
+            recompute += 2 * 2 * arch.n_kv_heads * arch.attention_head_dim * seq * cfg.batch * p // split.activations
         return saved, recompute, logits, True
     st = cfg.storage
     per_sample = arch.activation_bytes_per_sample_fp32
@@ -630,12 +753,14 @@ def weight_bytes(
     return int(shape.params * st.weight_bytes)
 
 
-def optimizer_step_bytes(shape: ModelShape, cfg: RunConfig) -> int:
+def optimizer_step_bytes(shape: ModelShape, cfg: RunConfig, stage: Stage | None = None) -> int:
     """Temporaries the optimizer step holds on the GPU (OPTIMIZER_STEP_TEMPORARIES), per GPU."""
     train = trainable(shape, cfg)
     per = OPTIMIZER_STEP_TEMPORARIES.get(cfg.optimizer, 0) if cfg.optimizer_impl == "foreach" else 0
     if not cfg.training or not per or train.state_bytes is None or cfg.offload in ("optimizer", "all"):
         return 0
+    if stage is not None or cfg.sharding.ep_split:
+        return math.ceil(train.params * per * train.state_bytes * held_fractions(shape, cfg, stage)[2])
     return math.ceil(train.params * per * train.state_bytes / cfg.sharding.optimizer)
 
 
@@ -743,9 +868,12 @@ def inference_working_bytes(m: TransformerShape, cfg: RunConfig, seq_len: int, t
 
 
 def check_layout(shape: ModelShape, cfg: RunConfig) -> None:
-    """Tensor parallelism splits attention heads: it needs a transformer whose
-    head count the tensor-parallel degree divides."""
-    tp = cfg.parallelism.tp
+    """The layout fits the model: tensor parallelism splits attention heads (it needs a
+    transformer whose head count the tensor-parallel degree divides); pipeline stages split
+    the layers evenly, context parallelism the sequence, expert parallelism the experts."""
+    par = cfg.parallelism
+    _check_model_parallel(shape, cfg, par)
+    tp = par.tp
     if tp == 1:
         return
     m = shape.transformer
@@ -753,14 +881,56 @@ def check_layout(shape: ModelShape, cfg: RunConfig) -> None:
         raise UsageError(
             "tensor parallelism splits attention heads and needs a transformer's shape",
             hint="describe the model by name or by its Hugging Face config, or shard with ZeRO-3/FSDP",
+            field=tensor_parallel_field(True) if cfg.tp is not None else None,
         )
     if not m.allows_tp(tp):
         raise UsageError(
             f"tensor parallelism over {tp} GPUs does not divide {shape.name}'s {m.heads} attention heads and "
             f"{m.n_kv_heads} KV heads",
-            hint=f"use a GPU count that divides {m.heads} and divides or is a multiple of {m.n_kv_heads}",
-            field="gpus",
+            hint=f"use a {'tensor-parallel degree' if cfg.tp is not None else 'GPU count'} that divides {m.heads} "
+                 f"and divides or is a multiple of {m.n_kv_heads}",
+            field=tensor_parallel_field(cfg.tp is not None),
         )
+
+
+def _check_model_parallel(shape: ModelShape, cfg: RunConfig, par: Parallelism) -> None:
+    """Pipeline, context and expert parallelism: what each needs of the model and the run."""
+    given = [(name, value) for name, value in (("pp", par.pp), ("cp", par.cp), ("ep", par.ep)) if value > 1]
+    if not given:
+        return
+    m = shape.transformer
+    name, value = given[0]
+    if m is None:
+        raise UsageError(f"{name} = {value}: pipeline, context and expert parallelism are modelled for transformers "
+                         "given by their layer shapes", hint="describe the model by name or by its Hugging Face config",
+                         field=name)
+    if m.decoder_layers and (par.pp > 1 or par.cp > 1):
+        raise UsageError(f"pipeline and context parallelism of an encoder-decoder model ({shape.name}) are not "
+                         "modelled", hint="use tp, or ZeRO/FSDP", field="pp" if par.pp > 1 else "cp")
+    if par.pp > m.layers:
+        raise UsageError(f"{par.pp} pipeline stages are more than {shape.name}'s {m.layers} layers", field="pp",
+                         hint=f"use at most {m.layers} stages")
+    if m.layers % par.pp:
+        raise UsageError(f"{shape.name}'s {m.layers} layers do not split evenly into {par.pp} pipeline stages",
+                         hint=f"use a stage count that divides {m.layers}", field="pp")
+    if par.cp > 1:
+        if not cfg.training:
+            raise UsageError("context parallelism is modelled for training", field="cp")
+        if not cfg.flash_attention:
+            raise UsageError("context parallelism runs fused (ring) attention kernels; eager attention is not "
+                             "modelled with it", hint="use fused attention", field="cp")
+        seq = transformer_seq_len(m, cfg)
+        if seq % (2 * par.cp):
+            raise UsageError(f"the sequence of {seq:,} tokens does not split into 2 x {par.cp} chunks: context "
+                             "parallelism gives each rank two chunks to balance causal attention (Megatron-Core)",
+                             hint=f"use a sequence length that is a multiple of {2 * par.cp}", field="cp")
+    if par.ep > 1:
+        if (m.experts or 1) <= 1:
+            raise UsageError(f"expert parallelism needs a mixture-of-experts model; {shape.name} is dense",
+                             hint="use tensor or pipeline parallelism instead", field="ep")
+        if m.experts % par.ep:
+            raise UsageError(f"{shape.name}'s {m.experts} experts per layer do not split evenly over {par.ep} GPUs",
+                             hint=f"use an expert-parallel degree that divides {m.experts}", field="ep")
 
 
 class _State(BaseModel):
@@ -778,32 +948,43 @@ class _State(BaseModel):
     notes: tuple[str, ...] = ()
 
 
-def gathered_layer_bytes(m: TransformerShape, cfg: RunConfig) -> int:
-    """Bytes of one transformer layer as ZeRO-3/FSDP all-gathers it: in the format its shards
-    are stored in. A QLoRA base is gathered as NF4 codes with their absmax constants
-    (torchao's NF4Tensor implements FSDP2's fsdp_pre_all_gather/fsdp_post_all_gather on the
-    quantised data; bitsandbytes' Params4bit with bnb_4bit_quant_storage=bfloat16 is
-    flattened and gathered as its packed 4-bit storage, peft's FSDP-QLoRA guide), and is
-    dequantised matrix by matrix for compute (the dequantisation transient)."""
+def gathered_layer_bytes(m: TransformerShape, cfg: RunConfig, ep: int = 1) -> int:
+    """Bytes of one transformer layer as ZeRO-3/FSDP all-gathers it (a rank's own experts under
+    ``ep``): in the format its shards are stored in. A QLoRA base is gathered as NF4 codes with
+    their absmax constants (torchao's NF4Tensor implements FSDP2's fsdp_pre_all_gather/
+    fsdp_post_all_gather on the quantised data; bitsandbytes' Params4bit with
+    bnb_4bit_quant_storage=bfloat16 is flattened and gathered as its packed 4-bit storage, peft's
+    FSDP-QLoRA guide), and is dequantised matrix by matrix for compute (the dequantisation
+    transient)."""
+    params = layer_params(m) if ep == 1 else attention_params(m) + _moe_mlp_params(m) // ep
     adapter = cfg.adapter
     if adapter is not None and adapter.base_quantisation is not None:
-        return int(layer_params(m) * adapter.base_bytes_per_weight)
-    return int(layer_params(m) * cfg.storage.weight_bytes)
+        return int(params * adapter.base_bytes_per_weight)
+    return int(params * cfg.storage.weight_bytes)
 
 
-def model_state(shape: ModelShape, cfg: RunConfig) -> _State:
-    """Per-GPU weights, gradients and optimizer state under the run's sharding."""
+def model_state(shape: ModelShape, cfg: RunConfig, stage: Stage | None = None) -> _State:
+    """Per-GPU weights, gradients and optimizer state under the run's sharding (of a pipeline
+    ``stage`` where there are stages)."""
     split, par = cfg.sharding, cfg.parallelism
     train = trainable(shape, cfg)
-    weights = math.ceil(weight_bytes(shape, cfg.precision, cfg.adapter, cfg.weight_format) / split.weights)
-    grads = math.ceil(train.params * train.grad_bytes / split.gradients) if cfg.training and train.grad_bytes else 0
-    opt = math.ceil(optimizer_bytes(shape, cfg) / split.optimizer)
+    if stage is not None or split.ep_split:
+        held_w, held_g, held_o = held_fractions(shape, cfg, stage)
+        weights = math.ceil(weight_bytes(shape, cfg.precision, cfg.adapter, cfg.weight_format) * held_w)
+        grads = math.ceil(train.params * train.grad_bytes * held_g) if cfg.training and train.grad_bytes else 0
+        opt = math.ceil(optimizer_bytes(shape, cfg) * held_o)
+    else:
+        weights = math.ceil(weight_bytes(shape, cfg.precision, cfg.adapter, cfg.weight_format) / split.weights)
+        grads = math.ceil(train.params * train.grad_bytes / split.gradients) if cfg.training and train.grad_bytes \
+            else 0
+        opt = math.ceil(optimizer_bytes(shape, cfg) / split.optimizer)
     transient = 0
     notes: list[str] = []
     m = shape.transformer
     if par.gathers_layers and m is not None:
-        # one layer gathered for compute plus one prefetched, in the layer's stored format
-        transient += 2 * gathered_layer_bytes(m, cfg)
+        # one layer gathered for compute plus one prefetched, in the layer's stored format (a rank's
+        # own experts under ep)
+        transient += 2 * gathered_layer_bytes(m, cfg, par.ep)
     if cfg.adapter is not None and cfg.adapter.base_quantisation is not None and m is not None:
         # each NF4 matrix is dequantised to 16 bits for its matmul, forward and backward
         tp = split.activations
@@ -818,10 +999,10 @@ def model_state(shape: ModelShape, cfg: RunConfig) -> _State:
         transient += grads
         notes.append("DDP gradient buckets double the gradient memory (gradient_as_bucket_view=False, the default)")
     state = _State(weights=weights, grads=grads, opt=opt, transient=transient, notes=tuple(notes))
-    return _offload(state, shape, cfg, train.params) if cfg.offload != "none" else state
+    return _offload(state, shape, cfg, train.params, stage) if cfg.offload != "none" else state
 
 
-def _offload(state: _State, shape: ModelShape, cfg: RunConfig, trained: int) -> _State:
+def _offload(state: _State, shape: ModelShape, cfg: RunConfig, trained: int, stage: Stage | None = None) -> _State:
     """Move offloaded state off the GPU. Optimizer offload (ZeRO-Offload) keeps AMP's
     fp32 master weights and fp32 gradients with the optimizer state on the host; the
     GPU keeps 16-bit working weights and gradients. Weight offload streams the weights
@@ -833,6 +1014,9 @@ def _offload(state: _State, shape: ModelShape, cfg: RunConfig, trained: int) -> 
     if cfg.offload == "activations" and shape.transformer is None:
         raise UsageError("activation offloading is modelled for transformers only",
                          hint="describe the model by name or by its Hugging Face config", field="offload")
+    if cfg.offload == "activations" and stage is not None:
+        raise UsageError("activation offloading is modelled without pipeline stages (torchtune runs it so)",
+                         hint="use one pipeline stage, or offload nothing", field="offload")
     if cfg.offload == "activations" and cfg.offload_to != "cpu":
         raise UsageError("offloaded activations live in host RAM (pinned memory), not on NVMe",
                          hint="offload them to the CPU", field="offload-to")
@@ -845,8 +1029,13 @@ def _offload(state: _State, shape: ModelShape, cfg: RunConfig, trained: int) -> 
         host += opt
         opt = 0
         if cfg.storage.autocast and cfg.adapter is None:
-            master = math.ceil(shape.params * 4 / split.weights)
-            host += master + math.ceil(trained * 4 / split.gradients)
+            if stage is not None or cfg.sharding.ep_split:
+                held_w, held_g, _ = held_fractions(shape, cfg, stage)
+                master = math.ceil(shape.params * 4 * held_w)
+                host += master + math.ceil(trained * 4 * held_g)
+            else:
+                master = math.ceil(shape.params * 4 / split.weights)
+                host += master + math.ceil(trained * 4 / split.gradients)
             weights -= master // 2
             grads //= 2
         notes.append("optimizer offload: the optimizer step runs on the CPU")
@@ -888,7 +1077,8 @@ def _head_input_gradient(shape: ModelShape, cfg: RunConfig, logits: int) -> int:
     return logits * p // (4 + p)  # an fp32 gradient and its cast (RNNs, chunked and fused losses)
 
 
-def _training_peak(shape: ModelShape, cfg: RunConfig, state: _State) -> tuple[int, str, int, int, bool]:
+def _training_peak(shape: ModelShape, cfg: RunConfig, state: _State,
+                   stage: Stage | None = None) -> tuple[int, str, int, int, bool]:
     """(tensor peak, peak phase, activations, transient, modelled?) of a training step.
 
     Peak: the start of backward (all activations saved plus the loss gradient)
@@ -898,17 +1088,18 @@ def _training_peak(shape: ModelShape, cfg: RunConfig, state: _State) -> tuple[in
     layer is recomputed. So the loss gradient is not live together with the
     head's gradients or the recomputed layer.
     """
-    acts, recompute, logits, modelled = activation_bytes(shape, cfg)
-    head = min(state.grads, head_gradient_bytes(shape, cfg))
+    acts, recompute, logits, modelled = activation_bytes(shape, cfg, stage)
+    head = min(state.grads, head_gradient_bytes(shape, cfg)) if stage is None or stage.last else 0
     kept_grads = state.grads if cfg.persistent_grads else 0
     cast = _head_input_gradient(shape, cfg, logits)
     held = state.weights + state.opt + state.transient
     start_of_backward = held + kept_grads + acts + max(logits, cast + head, head + recompute)
     # the end of backward: every gradient written, and a tied embedding's two gradient
     # contributions live while autograd sums them
-    tied = tied_embedding_gradient_bytes(shape, cfg)
+    # (pipeline stages: the embedding and its tied copy sit on different stages)
+    tied = tied_embedding_gradient_bytes(shape, cfg) if stage is None else 0
     end_of_backward = held + state.grads + tied
-    optimizer_step = held + state.grads + optimizer_step_bytes(shape, cfg)
+    optimizer_step = held + state.grads + optimizer_step_bytes(shape, cfg, stage)
     transient = state.transient + recompute + logits
     if start_of_backward >= max(optimizer_step, end_of_backward):
         return start_of_backward, "backward", acts, transient, modelled
@@ -918,8 +1109,10 @@ def _training_peak(shape: ModelShape, cfg: RunConfig, state: _State) -> tuple[in
     return optimizer_step, "optimizer", acts, transient, modelled
 
 
-def _inference_peak(shape: ModelShape, cfg: RunConfig, state: _State) -> tuple[int, int, int, int, tuple[str, ...]]:
-    """(tensor peak, activations, KV cache, transient, notes) of an inference pass."""
+def _inference_peak(shape: ModelShape, cfg: RunConfig, state: _State,
+                    stage: Stage | None = None) -> tuple[int, int, int, int, tuple[str, ...]]:
+    """(tensor peak, activations, KV cache, transient, notes) of an inference pass (of a pipeline
+    ``stage``: the KV cache of its layers)."""
     m = shape.transformer
     transient, kv, acts = state.transient, 0, 0
     notes: tuple[str, ...] = ()
@@ -928,6 +1121,8 @@ def _inference_peak(shape: ModelShape, cfg: RunConfig, state: _State) -> tuple[i
         seq = transformer_seq_len(m, cfg)
         if m.has_kv_cache:
             kv = kv_cache_bytes(m, cfg.batch, seq, kv_element_bytes(cfg.kv_cache, cfg.storage.activation_bytes), tp)
+            if stage is not None:
+                kv = kv * stage.layers // m.layers
         acts = inference_working_bytes(m, cfg, seq, tp)
         if cfg.storage.quantised:
             # each quantised matrix is dequantised to 16 bits for its matmul
@@ -947,18 +1142,44 @@ def _inference_peak(shape: ModelShape, cfg: RunConfig, state: _State) -> tuple[i
 
 
 def estimate_memory(shape: ModelShape, cfg: RunConfig) -> MemoryBreakdown:
-    """Per-GPU peak memory for one run of ``shape`` under ``cfg``."""
+    """Per-GPU peak memory for one run of ``shape`` under ``cfg``; with pipeline stages, of the
+    stage that needs the most: the first (the embedding and min(pp, m) micro-batches in flight)
+    or the last (the output head and the loss)."""
     check_layout(shape, cfg)
-    state = model_state(shape, cfg)
+    m = shape.transformer
+    if cfg.sharding.stages == 1 or m is None:
+        return _estimate_stage(shape, cfg, None)
+    pp = cfg.sharding.stages
+    first, last = (_estimate_stage(shape, cfg, pipeline_stage(m, cfg, i)) for i in (0, pp - 1))
+    worst, other = (first, last) if first.total_bytes >= last.total_bytes else (last, first)
+    worst_name, other_name = ("first", "last") if worst is first else ("last", "first")
+    note = (f"pipeline of {pp} stages, {m.layers // pp} layers each (1F1B over {cfg.micro_batches} micro-batch"
+            f"{'es' if cfg.micro_batches > 1 else ''} a step, the gradient accumulation): the {worst_name} stage "
+            "needs the most, "
+            f"{format_bytes(worst.total_bytes)} against {format_bytes(other.total_bytes)} on the {other_name}; the "
+            f"first holds the embedding and {first_inflight(pp, cfg.micro_batches)} micro-batch(es) of activations, "
+            "the last the output head and the loss")
+    return worst.model_copy(update={"notes": (*worst.notes, note)})
+
+
+def first_inflight(pp: int, micro_batches: int) -> int:
+    """Micro-batches whose activations the first 1F1B stage holds at once: min(pp, m)
+    (Narayanan et al. 2021, section 2.2.1)."""
+    return min(pp, micro_batches)
+
+
+def _estimate_stage(shape: ModelShape, cfg: RunConfig, stage: Stage | None) -> MemoryBreakdown:
+    """Per-GPU peak memory of one pipeline stage (the whole model where ``stage`` is None)."""
+    state = model_state(shape, cfg, stage)
     notes = list(state.notes)
     kv = 0
     phase: Literal["forward", "backward", "backward-end", "optimizer", "inference"]
     if cfg.training:
-        tensor_peak, train_phase, acts, transient, modelled = _training_peak(shape, cfg, state)
+        tensor_peak, train_phase, acts, transient, modelled = _training_peak(shape, cfg, state, stage)
         phase = "backward" if train_phase == "backward" else "backward-end" if train_phase == "backward-end" \
             else "optimizer"
     else:
-        tensor_peak, acts, kv, transient, more = _inference_peak(shape, cfg, state)
+        tensor_peak, acts, kv, transient, more = _inference_peak(shape, cfg, state, stage)
         phase, modelled = "inference", shape.arch is not None
         notes.extend(more)
     if not modelled:
@@ -1031,8 +1252,11 @@ def fewest_gpus(shape: ModelShape, cfg: RunConfig, capacity_bytes: int) -> int |
     """The fewest GPUs for which the run fits under ``cfg.strategy``.
 
     Plain data parallelism replicates everything, so it either fits on one GPU or never. Tensor
-    parallelism needs the GPU count to divide the attention heads.
+    parallelism needs the GPU count to divide the attention heads. With model-parallel degrees
+    (tp, pp, cp, ep given), the counts tried are the layout's own times 1, 2, 4, ... replicas.
     """
+    if cfg.tp is not None or max(cfg.pp, cfg.cp, cfg.ep) > 1:
+        return _fewest_layout_gpus(shape, cfg, capacity_bytes)
     if fits(shape, cfg.model_copy(update={"gpus": 1}), capacity_bytes):
         return 1
     two = Parallelism.of(cfg.strategy, 2)
@@ -1064,6 +1288,26 @@ def fewest_gpus(shape: ModelShape, cfg: RunConfig, capacity_bytes: int) -> int |
         else:
             lo = mid
     return hi
+
+
+def _fewest_layout_gpus(shape: ModelShape, cfg: RunConfig, capacity_bytes: int) -> int | None:
+    """fewest_gpus for a layout with model-parallel degrees: its smallest GPU count
+    (tp x pp x cp, with enough data-parallel ranks for ep) times 1, 2, 4, ... while more
+    data-parallel ranks shard more (ZeRO, FSDP)."""
+    group = (cfg.tp or 1) * cfg.pp * cfg.cp
+    base = group * (cfg.ep // math.gcd(cfg.ep, cfg.cp))
+    sharded = shards_over_replicas(cfg.strategy)
+    n = base
+    while n <= MAX_GPUS:
+        try:
+            if fits(shape, cfg.model_copy(update={"gpus": n}), capacity_bytes):
+                return n
+        except UsageError:
+            return None
+        if not sharded:
+            return None
+        n *= 2
+    return None
 
 
 def rule_of_thumb_bytes(params: int) -> int:

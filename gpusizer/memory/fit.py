@@ -207,7 +207,7 @@ def verdict(results: Sequence[GpuFit], cfg: RunConfig, breakdown: MemoryBreakdow
     """The answer in one line; where nothing fits, the first of ``changes`` (:func:`remedies`) that
     would, else sharding, else what to try."""
     need = format_bytes(breakdown.total_bytes)
-    per = f"per GPU on {layout_words(cfg.strategy, cfg.gpus, cfg.mode)}" if cfg.gpus > 1 else ""
+    per = f"per GPU on {layout_words(cfg.strategy, cfg.gpus, cfg.mode, **cfg.layout_degrees)}" if cfg.gpus > 1 else ""
     fitting = [r for r in results if r.fits]
     if fitting:
         smallest = min(fitting, key=lambda r: r.memory_bytes)

@@ -47,6 +47,7 @@ from gpusizer.domain.shape import ModelShape
 from gpusizer.errors import UsageError
 from gpusizer.hardware.catalog import Catalog, Gpu
 from gpusizer.hardware.systems import Systems
+from gpusizer.memory.estimate import default_seq_len
 from gpusizer.performance.calibration import (
     PHYSICAL_BOUNDS,
     Calibration,
@@ -57,10 +58,11 @@ from gpusizer.performance.calibration import (
     load_interconnects,
     out_of_range,
 )
-from gpusizer.performance.comm import allreduce_time_s, collective_link
+from gpusizer.performance.comm import Link, allreduce_time_s, collective_link
 from gpusizer.performance.peak import UNKNOWN_RATE_BAND, default_compute_precision, peak_detail, peak_tflops
 from gpusizer.performance.topology import Topology, node_topology
 from gpusizer.performance.work import GEMV_MAX_BATCH, Work, model_work
+from gpusizer.units import format_bytes
 
 #: per-layer overheads are given at this clock and scale with 1 / boost clock
 #: (small, latency-bound kernels run at the SM clock)
@@ -118,6 +120,10 @@ class PerfEstimate(BaseModel):
     comm_exposed_s: float = 0.0
     #: fixed per-layer overheads within step_time_s
     overhead_s: float = 0.0
+    #: pipeline parallelism: the part of step_time_s the 1F1B bubble idles each GPU, per micro-batch
+    pipeline_bubble_s: float = 0.0
+    #: micro-batches per optimizer step (1F1B's m with pipeline stages)
+    micro_batches: int = 1
     gpus_total: int = 1
     nodes: int = 1
     samples_per_step: int = 1
@@ -268,6 +274,51 @@ def _step(
                     selection, unknown_rate)
 
 
+def _communication(work: Work, st: StepTime, at: _Layout, links: Interconnects, cal: Calibration,
+                   shape: ModelShape, cfg: RunConfig, micro_batches: int,
+                   grad_accumulation: int) -> tuple[_Comm, float, float]:
+    """(communication, step time with what of it is exposed, the pipeline bubble within the step)."""
+    par = at.par
+    comm = _Comm()
+    step = st.step_s
+    if cfg.training and par.zero_ranks > 1:
+        comm = _data_parallel(comm, work, st.step_s, at, links, grad_accumulation)
+        step = st.step_s * (1.0 + cal.data_parallel_overhead)
+    if par.tp > 1:
+        comm = _tensor_parallel(comm, work, at, links)
+    if work.offload_bytes > 0:
+        comm = _offload_time(comm, work, at.gpu, links)
+    if par.pp > 1 or par.cp > 1 or par.ep > 1:
+        comm = _model_parallel(comm, work, st, at, links, shape, cfg, micro_batches)
+    step += comm.exposed_s
+    # 1F1B: m micro-batches take (m + pp - 1) stage times, so each costs (m + pp - 1) / m of one
+    bubble = step * (par.pp - 1) / micro_batches
+    return comm, step + bubble, bubble
+
+
+def _run_layout(cfg: RunConfig, nodes: int) -> tuple[Parallelism, RunConfig]:
+    """The run's degrees over its nodes, and the run whose work one GPU does: a pipeline's stages
+    each run layers / pp of the model, so the model without its pipeline, over one stage's GPUs
+    (:func:`_stage_share` then takes a pp-th of it)."""
+    if cfg.tp is None and max(cfg.pp, cfg.cp, cfg.ep) == 1:
+        return Parallelism.of_cluster(cfg.strategy, cfg.gpus, nodes), cfg
+    par = Parallelism.of_cluster(cfg.strategy, cfg.gpus, nodes, tp=cfg.tp, pp=cfg.pp, cp=cfg.cp, ep=cfg.ep)
+    return par, cfg.model_copy(update={"pp": 1, "tp": par.tp, "gpus": cfg.gpus * nodes // par.pp})
+
+
+def _stage_share(work: Work, st: StepTime, pp: int) -> tuple[Work, StepTime]:
+    """One pipeline stage's share (1 / pp) of the model's work and step time."""
+    if pp == 1:
+        return work, st
+    work = work.model_copy(update={
+        "tp_allreduces": work.tp_allreduces // pp, "gradient_bytes": work.gradient_bytes / pp,
+        "layers": max(1, work.layers // pp),
+        **{k: getattr(work, k) / pp for k in ("matmul_flops", "attention_flops", "matmul_bytes",
+                                              "activation_bytes", "optimizer_bytes", "offload_bytes")}})
+    return work, st._replace(compute_s=st.compute_s / pp, memory_s=st.memory_s / pp, overhead_s=st.overhead_s / pp,
+                             step_s=st.step_s / pp)
+
+
 def _sixteen_bit_peak(gpu: Gpu, tf32: bool) -> float:
     """The 16-bit matrix rate attention runs at: FP16's, else BF16's where only that one is
     known (Intel Gaudi 2 publishes BF16 alone)."""
@@ -361,8 +412,12 @@ def _data_parallel(
 ) -> _Comm:
     """The data-parallel gradient all-reduce; with tp, each rank's shard across nodes."""
     par = at.par
-    link = collective_link(at.gpu, at.gpus_per_node, at.nodes, links=links, topology=at.topology)
-    ring_gpn = 1 if par.tp > 1 else at.gpus_per_node
+    ring_gpn, ring_nodes = 1 if par.tp > 1 else at.gpus_per_node, at.nodes
+    if par.pp > 1 or par.cp > 1 or par.ep > 1:
+        # Megatron's rank order (tp, cp, dp, pp from the innermost): the dp x cp ring's ranks sit tp
+        # apart, and with pipeline stages outermost it may stay inside a node
+        ring_gpn, ring_nodes = group_span(par.zero_ranks, par.tp, at.gpus_per_node)
+    link = collective_link(at.gpu, at.gpus_per_node, ring_nodes, links=links, topology=at.topology)
     # ZeRO-3/FSDP gather the weights forward and backward and reduce-scatter the
     # gradients: 3 x (N-1)/N x S against the all-reduce's 2 x (N-1)/N x S
     volume = 1.5 if par.gathers_layers else 1.0
@@ -370,7 +425,7 @@ def _data_parallel(
     # DDP all-reduces 25 MB buckets; FSDP/ZeRO-3 wrapped per block (LLM Foundry, torchtitan) issues
     # three collectives per block: an all-gather forward and backward, a reduce-scatter backward
     calls = 3 * max(1, work.layers) if par.gathers_layers else max(1, math.ceil(size / DDP_BUCKET_BYTES))
-    t_ar = allreduce_time_s(size, ring_gpn, at.nodes, link, calls=calls)
+    t_ar = allreduce_time_s(size, ring_gpn, ring_nodes, link, calls=calls)
     # DDP overlaps all-reduce with backward (Li et al., "PyTorch Distributed", VLDB 2020),
     # and backward is 2/3 of the step: twice the forward FLOPs (the 6N-per-token count
     # of Kaplan et al. 2020, 2N forward + 4N backward). ZeRO-3/FSDP prefetch parameters
@@ -382,7 +437,7 @@ def _data_parallel(
     return comm.model_copy(update={
         "comm_s": comm.comm_s + t_ar / grad_accumulation,
         "exposed_s": comm.exposed_s + max(tail, t_ar - window) / grad_accumulation,
-        "bytes": comm.bytes + 2.0 * (par.dp - 1) / par.dp * size,
+        "bytes": comm.bytes + 2.0 * (par.zero_ranks - 1) / par.zero_ranks * size,
         "link_label": link.label, "link_gb_s": link.bandwidth_gb_s, "transport": link.transport,
         "notes": (*comm.notes, *link.notes),
     })
@@ -391,8 +446,10 @@ def _data_parallel(
 def _tensor_parallel(comm: _Comm, work: Work, at: _Layout, links: Interconnects) -> _Comm:
     """Megatron-style: two activation all-reduces per layer and pass, on the critical path."""
     tp = at.par.tp
-    link = collective_link(at.gpu, at.gpus_per_node, 1, links=links, topology=at.topology)
-    t_tp = allreduce_time_s(work.tp_allreduce_bytes, at.gpus_per_node, 1, link) * work.tp_allreduces
+    # the tensor-parallel group: a node's GPUs (strategy tp), or tp of them where a layout gives tp
+    ring_gpn, ring_nodes = (at.gpus_per_node, 1) if tp == at.gpus_per_node else group_span(tp, 1, at.gpus_per_node)
+    link = collective_link(at.gpu, ring_gpn, ring_nodes, links=links, topology=at.topology)
+    t_tp = allreduce_time_s(work.tp_allreduce_bytes, ring_gpn, ring_nodes, link) * work.tp_allreduces
     update: dict[str, Any] = {
         "comm_s": comm.comm_s + t_tp, "exposed_s": comm.exposed_s + t_tp,
         "bytes": comm.bytes + 2.0 * (tp - 1) / tp * work.tp_allreduce_bytes * work.tp_allreduces,
@@ -401,6 +458,99 @@ def _tensor_parallel(comm: _Comm, work: Work, at: _Layout, links: Interconnects)
     if comm.link_label is None:
         update.update(link_label=link.label, link_gb_s=link.bandwidth_gb_s, transport=link.transport)
     return comm.model_copy(update=update)
+
+
+def group_span(size: int, stride: int, gpus_per_node: int) -> tuple[int, int]:
+    """(ranks in a node, nodes) of a group of ``size`` ranks placed ``stride`` ranks apart,
+    ranks filling nodes of ``gpus_per_node`` in order (Megatron-Core's default rank order puts
+    tp innermost, then cp, ep and dp, and pp outermost)."""
+    in_node = max(1, min(size, gpus_per_node // max(1, stride)))
+    return in_node, -(-size // in_node)
+
+
+def _p2p_gb_s(link: Link, in_node: bool, gpus_per_node: int) -> float:
+    """Point-to-point bandwidth of one GPU: its NVLink/PCIe share inside a node; across nodes
+    its share of the node's network (every GPU of a node sends at once)."""
+    return link.bandwidth_gb_s if in_node else link.bandwidth_gb_s / max(1, gpus_per_node)
+
+
+def _model_parallel(comm: _Comm, work: Work, st: StepTime, at: _Layout, links: Interconnects, shape: ModelShape,
+                    cfg: RunConfig, micro_batches: int) -> _Comm:
+    """Pipeline sends, context-parallel KV exchange and expert-parallel all-to-all of one
+    micro-batch on one GPU of the stage (``st`` is the stage's step). Each is counted where it
+    waits: pipeline sends and the all-to-all in full, the ring's exchange beyond the attention it
+    overlaps with (Megatron-Core's context parallelism overlaps them)."""
+    par, gpn = at.par, at.gpus_per_node
+    m = shape.transformer
+    notes: list[str] = []
+    if m is None:
+        return comm
+    p = 2  # activations cross between GPUs in 16 bits (Megatron sends in the compute dtype)
+    seq = cfg.seq_len or default_seq_len(shape)
+    # a decode step moves one new token a sequence; otherwise every token of this rank's share
+    tokens = float(cfg.batch) if work.workload == "llm-decode" else cfg.batch * seq / par.cp
+    passes = 3 if cfg.training else 1  # forward, and backward's two
+    total_s = exposed_s = volume = 0.0
+    if par.pp > 1:
+        # each stage boundary: the activation forward and its gradient backward; Megatron's
+        # scatter/gather sends 1/tp of it per tensor-parallel rank (Narayanan et al. 2021, 4.1)
+        in_node = par.tp * par.cp * par.dp * par.pp <= gpn
+        link = collective_link(at.gpu, gpn, 1 if in_node else 2, links=links, topology=at.topology)
+        size = tokens * m.hidden * p / par.tp
+        sends = 2 if cfg.training else 1
+        t = sends * (size / (_p2p_gb_s(link, in_node, gpn) * 1e9) + link.base_latency_us * 1e-6)
+        total_s += t
+        exposed_s += t
+        volume += sends * size
+        idle = f"{bubble_fraction(par.pp, micro_batches):.0%}"
+        schedule = (f"1F1B over {micro_batches} micro-batch(es) a step (the gradient accumulation): the bubble idles "
+                    f"each GPU (pp - 1) / (m + pp - 1) = {idle} of the step (Narayanan et al. 2021)" if cfg.training else
+                    f"one batch passes through the stages in turn, each GPU idle {idle} of the time (batches that "
+                    "could fill the pipeline are not modelled)")
+        notes.append(f"pipeline: {par.pp} stages, {schedule}; each micro-batch sends {format_bytes(int(size), binary=False)} a GPU "
+                     f"(16-bit) between stages {'forward and backward ' if cfg.training else ''}over "
+                     f"{'the node' if in_node else 'the network'}; stages are timed as equal (layers / pp each; "
+                     "the embedding and the output head are not balanced)")
+    if par.cp > 1:
+        # ring attention: each rank passes its K and V chunk cp - 1 times a layer forward, and K, V and
+        # their gradients backward (twice that)
+        in_node = par.tp * par.cp <= gpn
+        link = collective_link(at.gpu, gpn, 1 if in_node else 2, links=links, topology=at.topology)
+        kv = 2 * m.n_kv_heads * m.attention_head_dim * tokens * p / par.tp
+        size = (par.cp - 1) * kv * m.layers / par.pp * passes
+        t = size / (_p2p_gb_s(link, in_node, gpn) * 1e9)
+        attention_s = st.compute_s * work.attention_flops / work.matmul_flops if work.matmul_flops else 0.0
+        total_s += t
+        exposed_s += max(0.0, t - attention_s)
+        volume += size
+        notes.append(f"context parallelism: {par.cp} ranks pass 16-bit K and V round a ring, {format_bytes(int(size), binary=False)} a GPU "
+                     "and "
+                     f"micro-batch over {'the node' if in_node else 'the network'}, overlapped with attention; "
+                     f"the sequence is split in 2 x {par.cp} chunks for balanced causal work (Megatron-Core)")
+    if par.ep > 1 and m.moe_layers:
+        # all-to-all dispatch and combine around every MoE layer, forward and backward: each token's
+        # k hidden vectors go to the experts' ranks, (ep - 1) / ep of them off this rank
+        in_node = par.tp * par.ep <= gpn
+        link = collective_link(at.gpu, gpn, 1 if in_node else 2, links=links, topology=at.topology)
+        k = m.experts_per_token or 1
+        size = tokens * k * m.hidden * p * (par.ep - 1) / par.ep
+        calls = 2 * (2 if cfg.training else 1) * m.moe_layers / par.pp
+        t = calls * (size / (_p2p_gb_s(link, in_node, gpn) * 1e9) + link.base_latency_us * 1e-6)
+        total_s += t
+        exposed_s += t
+        volume += calls * size
+        notes.append(f"expert parallelism: {par.ep} ranks, an all-to-all dispatch and combine around each MoE layer "
+                     f"({format_bytes(int(size), binary=False)} of 16-bit activations a GPU each, over "
+                     f"{'the node' if in_node else 'the network'}), not "
+                     "overlapped with compute; routing assumed balanced (every rank gets its share of tokens)")
+    return comm.model_copy(update={"comm_s": comm.comm_s + total_s, "exposed_s": comm.exposed_s + exposed_s,
+                                   "bytes": comm.bytes + volume, "notes": (*comm.notes, *notes)})
+
+
+def bubble_fraction(pp: int, micro_batches: int) -> float:
+    """The share of a 1F1B step each GPU idles: (pp - 1) / (m + pp - 1) (Narayanan et al. 2021,
+    section 2.2.1: the bubble is (pp - 1) micro-batch times against m of work)."""
+    return (pp - 1) / (micro_batches + pp - 1)
 
 
 def _bound(st: StepTime, exposed_comm_s: float, notes: list[str]) -> Bound | None:
@@ -461,47 +611,38 @@ def estimate_performance(
     links = interconnects or load_interconnects()
     precision = compute_precision or default_compute_precision(cfg)
     check_mode(precision, cfg.mode)
-    par = Parallelism.of_cluster(cfg.strategy, cfg.gpus, nodes)
+    par, work_cfg = _run_layout(cfg, nodes)
     n_total = cfg.gpus * nodes
     tp = par.tp
-
-    work = model_work(shape, cfg, precision, phase=phase, tp=tp, dp=n_total if tp == 1 else 1,
+    work = model_work(shape, work_cfg, precision, phase=phase, tp=tp, dp=n_total if tp == 1 else 1,
                       grad_accumulation=grad_accumulation)
-    st = _step(work, gpu, precision, tf32, cal, cuda_graphs, attention_kernels)
+    work, st = _stage_share(work, _step(work, gpu, precision, tf32, cal, cuda_graphs, attention_kernels), par.pp)
     notes: list[str] = [*st.notes, *work.notes]
     topo = topology or node_topology(gpu, cfg.gpus, nodes, interconnect=interconnect, nics_per_node=nics_per_node,
                                      links=links, systems=systems, catalog=catalog)
     layout = _Layout(gpu=gpu, gpus_per_node=cfg.gpus, nodes=nodes, topology=topo, par=par)
-    comm = _Comm()
-    step = st.step_s
-    if cfg.training and par.dp > 1:
-        comm = _data_parallel(comm, work, st.step_s, layout, links, grad_accumulation)
-        step = st.step_s * (1.0 + cal.data_parallel_overhead)
-    if tp > 1:
-        comm = _tensor_parallel(comm, work, layout, links)
-    if work.offload_bytes > 0:
-        comm = _offload_time(comm, work, gpu, links)
+    micro_batches = grad_accumulation if cfg.training else 1
+    comm, step, bubble = _communication(work, st, layout, links, cal, shape, cfg, micro_batches, grad_accumulation)
     notes.extend(comm.notes)
-    step += comm.exposed_s
 
     throughput = work.samples_per_step / step * par.dp
-    if tp > 1:
+    if max(par.tp, par.pp, par.cp) > 1:
         # against one GPU holding the whole replica with the same batch
-        single_cfg = cfg.model_copy(update={"gpus": 1, "strategy": "ddp"})
+        single_cfg = cfg.model_copy(update={"gpus": 1, "strategy": "ddp", "tp": None, "pp": 1, "cp": 1, "ep": 1})
         single_work = model_work(shape, single_cfg, precision, phase=phase, grad_accumulation=grad_accumulation)
         single = _step(single_work, gpu, precision, tf32, cal, cuda_graphs, attention_kernels)
         speedup = throughput / (single_work.samples_per_step / single.step_s)
-        efficiency = speedup / n_total
     else:
-        # each GPU does the same work as a lone GPU would; parallelism only adds time
-        efficiency = st.step_s / step
-        speedup = efficiency * n_total
+        # each GPU does the same work as a lone GPU would (expert-parallel ranks are data-parallel
+        # ranks: with balanced routing each computes as many expert FLOPs); parallelism only adds time
+        speedup = st.step_s / step * n_total
     bound = _bound(st, comm.exposed_s, notes)
     return PerfEstimate(
         throughput_per_s=throughput, throughput_unit=work.unit, step_time_s=step, compute_s=st.compute_s,
         memory_s=st.memory_s, comm_s=comm.comm_s, bound=bound, per_gpu_throughput_per_s=throughput / n_total,
-        scaling_efficiency=efficiency, speedup_vs_1gpu=speedup, error_band=_error_band(cal, st),
+        scaling_efficiency=speedup / n_total, speedup_vs_1gpu=speedup, error_band=_error_band(cal, st),
         notes=tuple(dict.fromkeys(notes)), comm_exposed_s=comm.exposed_s, overhead_s=st.overhead_s,
+        pipeline_bubble_s=bubble, micro_batches=micro_batches,
         gpus_total=n_total, nodes=nodes, samples_per_step=int(round(work.samples_per_step)),
         tokens_per_sample=work.tokens_per_sample, flops_per_step=work.matmul_flops,
         memory_traffic_bytes=work.matmul_bytes + work.activation_bytes + work.optimizer_bytes,

@@ -61,14 +61,14 @@ def default_batch(
     prec = precision or default_compute_precision(cfg)
     mem_cfg = cfg.model_copy(update={
         "precision": storage_precision(prec, cfg.mode),
-        "gpus": sharded_gpus(cfg.strategy, cfg.gpus, nodes),
+        "gpus": sharded_gpus(cfg.strategy, cfg.gpus, nodes, **cfg.layout_degrees),
     })
     largest = largest_batch(shape, mem_cfg, capacity_bytes)
     cap = batch_cap(shape, cfg, phase)
     if largest is None:
         raise NothingFitsError(
             f"{shape.name} does not fit at batch 1 ({cfg.mode}, {prec}, "
-            f"{layout_words(cfg.strategy, mem_cfg.gpus, cfg.mode)})",
+            f"{layout_words(cfg.strategy, mem_cfg.gpus, cfg.mode, **cfg.layout_degrees)})",
             hint=(f"try {sharding_advice(cfg.mode)}, a lower precision, or a given batch"
                   if not shards_weights(cfg.strategy) else
                   "the weights are sharded already: try activation checkpointing, a shorter sequence or a lower "

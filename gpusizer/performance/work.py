@@ -247,7 +247,9 @@ def _transformer_flow(m: TransformerShape, shape: ModelShape, st: _Step) -> _Flo
     seq = cfg.seq_len or default_seq_len(shape)
     if st.workload == "llm-decode":
         return _decode_flow(m, shape, st, seq)
-    tokens_per_step = cfg.batch * seq
+    # context parallelism: each rank computes seq / cp of the tokens, each attending over the
+    # whole context (ring attention); the replica still finishes batch x seq tokens a step
+    tokens_per_step = cfg.batch * seq // cfg.cp
     attn_per_token = _attention_flops_per_token(m, seq)
     if m.kind == "decoder" and cfg.flash_attention:
         # causal fused kernels skip the masked half of the score matrix
@@ -264,7 +266,7 @@ def _transformer_flow(m: TransformerShape, shape: ModelShape, st: _Step) -> _Flo
     allreduces, ar_bytes = ((4 if st.train else 2) * layers, float(tokens_per_step * m.hidden * 2)) if tp > 1 \
         else (0, 0.0)
     if m.kind == "decoder" and (st.train or st.phase == "prefill"):
-        return _Flow(flops=flops, weights_read=weights_read, unit="tokens/s", samples=float(tokens_per_step),
+        return _Flow(flops=flops, weights_read=weights_read, unit="tokens/s", samples=float(cfg.batch * seq),
                      layers=layers, attention_flops=attn, tp_allreduces=allreduces, tp_allreduce_bytes=ar_bytes)
     return _Flow(flops=flops, weights_read=weights_read, unit="sequences/s", samples=float(cfg.batch), tokens=seq,
                  layers=layers, attention_flops=attn, tp_allreduces=allreduces, tp_allreduce_bytes=ar_bytes)
@@ -316,7 +318,10 @@ def model_work(
     """FLOPs and bytes for one step of one GPU (``cfg.batch`` per model replica)."""
     spec = precision_spec(precision)
     storage = storage_precision(precision, cfg.mode)
-    mem_cfg = cfg.model_copy(update={"precision": storage, "gpus": tp if cfg.parallelism.tp > 1 else dp})
+    # a layout with model-parallel degrees keeps its own GPU count (its tp and dp follow from it)
+    layout = cfg.tp is not None or max(cfg.pp, cfg.cp, cfg.ep) > 1
+    mem_cfg = cfg.model_copy(update={"precision": storage,
+                                     "gpus": cfg.gpus if layout else tp if cfg.parallelism.tp > 1 else dp})
     mem = estimate_memory(shape, mem_cfg)
     wl = workload_class(shape, cfg, phase)
     notes: list[str] = []
@@ -363,6 +368,11 @@ def model_work(
         train = trainable(shape, cfg)
         width = train.grad_bytes if train.adapters else spec.allreduce_grad_bytes or train.grad_bytes or 4
         grads = train.params * (width or 4) / tp
+        m = shape.transformer
+        if cfg.ep > 1 and m is not None and not train.adapters:
+            # the routed experts' gradients are split over the ep ranks too
+            experts = min(routed_expert_params(m), train.params)
+            grads = ((train.params - experts) + experts / cfg.ep) * (width or 4) / tp
     offload = _offload_traffic(shape, cfg, mem, tp)
     return Work(
         workload=wl, unit=flow.unit, samples_per_step=flow.samples, tokens_per_sample=flow.tokens,

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from gpusizer.domain.parallelism import degree_words
 from gpusizer.render.common import Bar, fit_table, fmt
 from gpusizer.units import format_bytes, format_count, format_duration
 
@@ -58,6 +59,8 @@ def summary_table(est: PerfEstimate, gpu: Gpu, inputs: Mapping[str, Any], batch_
     where = f"{n} x {gpu.id}" if n > 1 else gpu.id
     if inputs.get("nodes", 1) > 1:
         where += f" ({inputs['gpus']} per node x {inputs['nodes']} nodes)"
+    degrees = degree_words(inputs["strategy"], n, inputs["mode"], inputs) if n > 1 else None
+    where += f": {degrees}" if degrees else ""
     table = Table(title=f"Estimate: {inputs['model']} on {where}", title_justify="left", box=box.SIMPLE_HEAD,
                   show_header=False)
     table.add_column("what", style="bold")
@@ -108,6 +111,8 @@ def breakdown_table(est: PerfEstimate, width: int | None = None) -> Table:
          (f"{format_bytes(est.comm_bytes, binary=False)} sent; {_seconds(est.comm_s)} in all, "
           f"{_seconds(max(0.0, est.comm_s - est.comm_exposed_s))} hidden behind compute") if est.comm_s else "none"),
     ]
+    if est.pipeline_bubble_s:
+        rows.append(("pipeline bubble", est.pipeline_bubble_s, "1F1B: GPUs idle while the pipeline fills and drains"))
     if est.overhead_s:
         launch = {True: "; each step one CUDA graph", False: "; kernels launched one by one", None: ""}[est.cuda_graphs]
         rows.append(("fixed overhead", est.overhead_s, f"kernel launches and synchronisation per layer{launch}"))

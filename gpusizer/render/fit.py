@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from gpusizer.domain.parallelism import layout_words, strategy_label
+from gpusizer.domain.parallelism import LAYOUT_DEGREES, layout_words, strategy_label
 from gpusizer.render.common import Bar, fit_table, fmt, show_bool, show_value
 from gpusizer.units import format_bytes, format_count
 
@@ -43,7 +43,8 @@ def run_words(inputs: Mapping[str, Any]) -> str:
         words.append(f"{inputs['image_size']} px images")
     if train and inputs.get("checkpointing"):
         words.append("activation checkpointing")
-    words.append(layout_words(inputs["strategy"], inputs["gpus"], inputs["mode"]))
+    words.append(layout_words(inputs["strategy"], inputs["gpus"], inputs["mode"],
+                              **{k: inputs.get(k) for k in LAYOUT_DEGREES}))
     return ", ".join(words)
 
 
@@ -103,7 +104,7 @@ def gpu_table(report: FitReport, limit: int | None = None, width: int | None = N
     if limit is not None:
         rows = rows[:limit]
     rule = report.method == "rule-of-thumb"
-    layout = layout_words(cfg.strategy, cfg.gpus, cfg.mode)
+    layout = layout_words(cfg.strategy, cfg.gpus, cfg.mode, **cfg.layout_degrees)
     title = "GPUs checked" + (f", each as one of {layout}" if cfg.gpus > 1 else "")
     table = Table(title="GPUs (rule of thumb)" if rule else title,
                   title_justify="left", box=box.SIMPLE_HEAD)
