@@ -289,6 +289,13 @@ def _full_to_qlora(shape: ModelShape, cfg: RunConfig) -> dict[str, Any] | None:
     return update and {**update, "adapter": Adapter(rank=16, base_quantisation="nf4")}
 
 
+def _offload_activations(shape: ModelShape, cfg: RunConfig) -> dict[str, Any] | None:
+    """A transformer's saved activations kept in host memory (torchtune's activation offloading),
+    where nothing is offloaded yet; a run it does not suit is refused by the memory model."""
+    ok = cfg.mode == "train" and shape.transformer is not None and cfg.offload == "none"
+    return {"offload": "activations"} if ok else None
+
+
 def _quantised(precision: str) -> _Update:
     """Serving weights in a smaller weight-only precision (SMALLER_SERVING_PRECISIONS)."""
     return lambda shape, cfg: ({"precision": precision} if cfg.mode == "inference" and cfg.weight_format is None
@@ -316,6 +323,8 @@ REMEDIES: tuple[tuple[tuple[str, ...], tuple[_Update, ...]], ...] = (
     (("--checkpointing", "--optimizer adam8bit"), (_training(_set(checkpointing=True)), _eight_bit_adam)),
     (("--qlora",), (_qlora,)),
     (("--checkpointing", "--qlora"), (_training(_set(checkpointing=True)), _qlora)),
+    (("--offload activations",), (_offload_activations,)),
+    (("--checkpointing", "--offload activations"), (_training(_set(checkpointing=True)), _offload_activations)),
     (("--offload optimizer",), (_training(_set(offload="optimizer")),)),
     (("--checkpointing", "--offload optimizer"), (_training(_set(checkpointing=True)),
                                                   _training(_set(offload="optimizer")))),
