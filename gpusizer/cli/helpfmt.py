@@ -82,12 +82,12 @@ def _print_stacked_panel(*, name: str, params: Any, ctx: Any, markup_mode: Any, 
     from typer import rich_utils
 
     inner = max(console.width - 4, 20)  # the panel's borders and padding
-    def label(param: Any) -> str:
+    def words_of(param: Any) -> str:
         return ("*" if getattr(param, "required", False) else "") + option_words(param, ctx)
 
-    words = [label(p) for p in params]
+    words = [words_of(p) for p in params]
     # one column for the whole page, so every panel's help starts at the same place
-    page = [label(p) for p in getattr(ctx.command, "params", ()) if not getattr(p, "hidden", False)] or words
+    page = [words_of(p) for p in getattr(ctx.command, "params", ()) if not getattr(p, "hidden", False)] or words
     column = min(NAME_COLUMN, max(len(w) for w in (*page, *words)))
     help_width = max(inner - column - GAP, 10)
     option_style = getattr(rich_utils, "STYLE_OPTION", "bold cyan")
