@@ -52,9 +52,14 @@ COMMANDS: dict[str, tuple[list[str], float]] = {
 }
 
 
+#: Where every timed command runs (main sets it to an empty folder): not the source tree, whose
+#: gpusizer ``python -m`` and ``python -c`` import ahead of ``--before``'s PYTHONPATH.
+_CWD: dict[str, str] = {}
+
+
 def _time(cmd: list[str], env: dict[str, str], ok: tuple[int, ...] = (0, 4)) -> float:
     start = time.perf_counter()
-    proc = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    proc = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False, cwd=_CWD.get("dir"))
     elapsed = time.perf_counter() - start
     if proc.returncode not in ok:
         raise SystemExit(f"{' '.join(cmd)} exited {proc.returncode}")
@@ -121,7 +126,8 @@ def _gpusizer() -> list[str]:
 def _breakdown(env: dict[str, str], runs: int) -> None:
     phases: dict[str, list[float]] = {}
     for _ in range(runs):
-        out = subprocess.run([sys.executable, "-c", BREAKDOWN], env=env, capture_output=True, text=True, check=True)
+        out = subprocess.run([sys.executable, "-c", BREAKDOWN], env=env, capture_output=True, text=True, check=True,
+                             cwd=_CWD.get("dir"))
         for name, seconds in json.loads(out.stdout).items():
             phases.setdefault(name, []).append(seconds)
     print(f"\ncatalog list, phase by phase in one process (median of {runs}):")
@@ -148,6 +154,7 @@ def main() -> None:
         gpusizer = [sys.executable, "-m", "gpusizer"]
     baseline = [sys.executable, "-c", "import typer, rich, pydantic, yaml"]
     cache = tempfile.mkdtemp(prefix="gpusizer-bench-")
+    _CWD["dir"] = tempfile.mkdtemp(dir=cache)
     env = {**os.environ, "GPUSIZER_CACHE_DIR": cache, "COLUMNS": "200"}
     if args.cold:
         env["GPUSIZER_NO_CACHE"] = "1"
