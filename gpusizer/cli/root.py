@@ -353,6 +353,8 @@ def humanise(command: Any) -> Any:
     if help_option is not None:
         help_option.rich_help_panel = PANELS[-1]
     for param in [*command.params, *([help_option] if help_option is not None else [])]:
+        if getattr(param, "_runtime_param", False) is None:
+            param._runtime_param = _CoerceWhenGiven()
         if getattr(param, "is_flag", False) and param.metavar is None:
             param.metavar = ""
         if param.param_type_name == "argument":
@@ -364,6 +366,22 @@ def humanise(command: Any) -> Any:
     for sub in () if isinstance(commands, LazyCommands) else commands.values():
         humanise(sub)
     return command
+
+
+class _CoerceWhenGiven:
+    """An option's coercion, built only when the option has a value to coerce. typer (0.26 and
+    later) builds a pydantic TypeAdapter for every option of the command it runs before it
+    looks at the value, though an option left out (None) needs none: a command line that gives
+    three of recommend's forty options would build forty. This stands in for typer's runtime
+    parameter until the first value that is not None, then puts typer's own in its place."""
+
+    def coerce(self, value: Any, param: Any, ctx: Any) -> Any:
+        if value is None and not (param.multiple or param.nargs == -1):
+            return None  # (what typer's own returns for it)
+        from typer._coercion import build_runtime_param
+
+        param._runtime_param = build_runtime_param(param.type_descriptor)
+        return param._runtime_param.coerce(value, param=param, ctx=ctx)
 
 
 class LazyCommands(MutableMapping[str, Any]):
