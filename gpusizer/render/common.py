@@ -31,8 +31,8 @@ if TYPE_CHECKING:
     from rich.measure import Measurement
     from rich.table import Table
 
-__all__ = ["NA", "Bar", "bar", "emit_json", "escape_control", "fit_table", "fmt", "fmt_ratio", "make_console",
-           "strip_control", "show_bool", "show_value", "wrap_note"]
+__all__ = ["NA", "Bar", "Lines", "bar", "chosen_width", "emit_json", "escape_control", "fit_table", "fmt", "fmt_ratio",
+           "make_console", "print_lines", "strip_control", "show_bool", "show_value", "wrap_note"]
 
 #: C0 controls but tab and newline, DEL, C1 controls (0x9b is a one-byte CSI), the
 #: Unicode line and paragraph separators, and the bidirectional overrides and
@@ -83,21 +83,25 @@ def _clean_hook() -> Any:
 MIN_WIDTH = 40
 
 
-def make_console(*, stderr: bool = False, no_color: bool = False) -> Console:
+def chosen_width(stream: Any) -> int | None:
+    """The width output to ``stream`` is laid out at, where gpusizer chooses it; None where rich
+    reads the terminal's own."""
     import os
 
-    from rich.console import Console
-
-    kwargs: dict[str, Any] = {"stderr": stderr, "highlight": False, "markup": False, "emoji": False}
-    stream = sys.stderr if stderr else sys.stdout
     columns = os.environ.get("COLUMNS", "").strip()
     if not columns and not (hasattr(stream, "isatty") and stream.isatty()):
         # Piped or redirected: no terminal to fit, so do not squeeze tables to 80 columns.
-        kwargs["width"] = 200
-    elif columns:
-        # COLUMNS as given, but never below MIN_WIDTH: nothing lays out in fewer (rich prints
-        # nothing at 0); not a number: the terminal's own width
-        kwargs["width"] = max(MIN_WIDTH, int(columns)) if columns.isdigit() else None
+        return 200
+    # COLUMNS as given, but never below MIN_WIDTH: nothing lays out in fewer (rich prints
+    # nothing at 0); not a number: the terminal's own width
+    return max(MIN_WIDTH, int(columns)) if columns.isdigit() else None
+
+
+def make_console(*, stderr: bool = False, no_color: bool = False) -> Console:
+    from rich.console import Console
+
+    kwargs: dict[str, Any] = {"stderr": stderr, "highlight": False, "markup": False, "emoji": False}
+    kwargs["width"] = chosen_width(sys.stderr if stderr else sys.stdout)
     if no_color:
         kwargs["no_color"] = True
         kwargs["color_system"] = None
@@ -111,6 +115,34 @@ def make_console(*, stderr: bool = False, no_color: bool = False) -> Console:
     console = _Console(**kwargs)
     console.push_render_hook(_clean_hook())
     return console
+
+
+class Lines:
+    """Text laid out already, in lines of no style (no colour, nothing to wrap or cut): what rich
+    prints of it is the text, control characters dropped, and a newline, so :func:`print_lines`
+    writes that itself where it can, without loading rich's console. Rich prints it too (a
+    ``Text`` that neither wraps nor cuts)."""
+
+    def __init__(self, text: str) -> None:
+        self.plain = text
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        from rich.text import Text
+
+        yield Text(self.plain, no_wrap=True, overflow="ignore")
+
+
+def print_lines(lines: Lines) -> bool:
+    """Write ``lines`` to stdout as a console from :func:`make_console` prints them, and say so;
+    False, having written nothing, where rich would print them differently: a width gpusizer does
+    not choose (a terminal's own), a dumb terminal (rich lays out at 80 there) or a tab (rich
+    expands it)."""
+    import os
+
+    if chosen_width(sys.stdout) is None or os.environ.get("TERM", "").lower() in ("dumb", "unknown") or "\t" in lines.plain:
+        return False
+    sys.stdout.write(strip_control(lines.plain) + "\n")
+    return True
 
 
 def _finite(value: Any) -> Any:
