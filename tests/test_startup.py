@@ -96,3 +96,27 @@ def test_options_left_out_build_no_coercion(cli, monkeypatch: pytest.MonkeyPatch
     # and a bad value given is still typer's usage error (exit 2)
     bad = cli("catalog", "list", "--min-memory", "-1")
     assert bad.exit_code == 2 and "--min-memory" in bad.stderr
+
+
+@pytest.mark.parametrize(("width", "fits"), [(40, False), (59, False), (80, True), (200, True)])
+def test_catalog_list_writes_what_rich_prints(cli, width: int, fits: bool) -> None:
+    """The plain lines catalog list writes without rich (where every line fits the width; else
+    rich prints them, folding the lines too wide) are the bytes rich's console prints of them."""
+    import io
+
+    from rich.console import Console
+
+    from gpusizer import api
+    from gpusizer.render.catalog import catalog_table
+
+    result = cli("catalog", "list", "--show-provenance", env={"COLUMNS": str(width)})
+    assert result.exit_code == 0
+    found = api.list_gpus()
+    lines = catalog_table(found.results, title=f"{len(found.results)} of {found.catalog_size} GPUs",
+                          provenance=True, width=width)
+    buffer = io.StringIO()
+    Console(file=buffer, width=width, highlight=False, markup=False, emoji=False).print(lines.rich_text())
+    assert result.stdout == buffer.getvalue()
+    from rich.cells import cell_len
+
+    assert (max(map(cell_len, lines.plain.splitlines())) <= width) == fits  # (which path it took)

@@ -171,7 +171,7 @@ def _show(ctx: typer.Context, result: Any, json_out: bool, render: Callable[[int
     console = _console(ctx)
     if shown is None or console.width != width:
         shown = render(console.width)
-    console.print(shown)
+    console.print(shown.rich_text() if isinstance(shown, Lines) else shown)
 
 
 

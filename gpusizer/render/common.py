@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from rich.console import Console, ConsoleOptions, ConsoleRenderable, RenderResult
     from rich.measure import Measurement
     from rich.table import Table
+    from rich.text import Text
 
 __all__ = ["NA", "Bar", "Lines", "bar", "chosen_width", "emit_json", "escape_control", "fit_table", "fmt", "fmt_ratio",
            "make_console", "print_lines", "strip_control", "show_bool", "show_value", "wrap_note"]
@@ -118,30 +119,36 @@ def make_console(*, stderr: bool = False, no_color: bool = False) -> Console:
 
 
 class Lines:
-    """Text laid out already, in lines of no style (no colour, nothing to wrap or cut): what rich
-    prints of it is the text, control characters dropped, and a newline, so :func:`print_lines`
-    writes that itself where it can, without loading rich's console. Rich prints it too (a
-    ``Text`` that neither wraps nor cuts)."""
+    """Text laid out already, in lines of no style: where they fit the width, what a console from
+    :func:`make_console` prints of them is the text, control characters dropped, and a newline,
+    so :func:`print_lines` writes that itself, without loading rich's console. Elsewhere
+    :meth:`rich_text` is what to give ``console.print`` (which folds a line wider than the
+    console, as it always has)."""
 
     def __init__(self, text: str) -> None:
         self.plain = text
 
-    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+    def rich_text(self) -> Text:
         from rich.text import Text
 
-        yield Text(self.plain, no_wrap=True, overflow="ignore")
+        return Text(self.plain, no_wrap=True, overflow="ignore")
 
 
 def print_lines(lines: Lines) -> bool:
     """Write ``lines`` to stdout as a console from :func:`make_console` prints them, and say so;
     False, having written nothing, where rich would print them differently: a width gpusizer does
-    not choose (a terminal's own), a dumb terminal (rich lays out at 80 there) or a tab (rich
-    expands it)."""
+    not choose (a terminal's own), a dumb terminal (rich lays out at 80 there), a tab (rich
+    expands it) or a line wider than the width (rich folds it), in cells as rich counts them."""
     import os
 
-    if chosen_width(sys.stdout) is None or os.environ.get("TERM", "").lower() in ("dumb", "unknown") or "\t" in lines.plain:
+    from rich.cells import cell_len
+
+    width = chosen_width(sys.stdout)
+    text = strip_control(lines.plain)
+    if (width is None or os.environ.get("TERM", "").lower() in ("dumb", "unknown") or "\t" in text
+            or max(cell_len(line) for line in text.split("\n")) > width):
         return False
-    sys.stdout.write(strip_control(lines.plain) + "\n")
+    sys.stdout.write(text + "\n")
     return True
 
 
@@ -257,9 +264,10 @@ def fit_table(table: Table, width: int, drop: Sequence[str] = ()) -> Table:
         return _minimum_width(table) <= width
 
     for header in drop:
-        if lay(gone) or header not in named:
-            continue
-        gone.append(named[header])
+        if lay(gone):
+            break  # (it fits, and nothing more goes: laying it out again for each header tells nothing new)
+        if header in named:
+            gone.append(named[header])
     # take back what fits again, most important first (a later drop may have made room)
     for column in reversed(gone[:]):
         if lay([c for c in gone if c is not column]):
