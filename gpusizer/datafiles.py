@@ -166,20 +166,21 @@ def check_bounds(doc: Any, origin: str) -> None:
     time they appear, or referring to itself. Linear in the distinct objects."""
     done: dict[int, tuple[int, int]] = {}  # id -> (values, depth)
     active: set[int] = set()
-    stack: list[tuple[Any, bool]] = [(doc, False)]
-    while stack:
+    stack: list[tuple[Any, bool]] = [(doc, False)] if isinstance(doc, (dict, list)) else []
+    while stack:  # (only mappings and lists go on the stack: a scalar is one value, at depth 0)
         obj, finished = stack.pop()
-        if not isinstance(obj, (dict, list)):
-            continue
         key = id(obj)
-        children = list(obj.values()) if isinstance(obj, dict) else obj
+        children = obj.values() if isinstance(obj, dict) else obj
         if finished:
             active.discard(key)
             values, depth = 1 + (len(obj) if isinstance(obj, dict) else 0), 1
             for child in children:
-                sub = done.get(id(child), (1, 0)) if isinstance(child, (dict, list)) else (1, 0)
-                values += sub[0]
-                depth = max(depth, sub[1] + 1)
+                if isinstance(child, (dict, list)):
+                    sub = done.get(id(child), (1, 0))
+                    values += sub[0]
+                    depth = max(depth, sub[1] + 1)
+                else:
+                    values += 1
             if depth > MAX_DEPTH:
                 raise DataFileError(f"{origin}: nested more than {MAX_DEPTH} levels deep")
             if values > MAX_VALUES:
@@ -191,7 +192,7 @@ def check_bounds(doc: Any, origin: str) -> None:
         elif key not in done:
             active.add(key)
             stack.append((obj, True))
-            stack.extend((child, False) for child in children)
+            stack.extend((child, False) for child in children if isinstance(child, (dict, list)))
 
 
 # --------------------------------------------------------------------------

@@ -19,7 +19,9 @@ if TYPE_CHECKING:
 #: The JSON schema's version; a change that breaks readers bumps it.
 SCHEMA_VERSION = 1
 
-_FROZEN = ConfigDict(frozen=True, extra="forbid")
+# defer_build: a result model is built on its first validation, so a command builds only the
+# results it returns (e.g. catalog list never builds compare's)
+_FROZEN = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
 class Result(BaseModel):
     """The envelope every answer comes in: what was asked, the results, and notes."""

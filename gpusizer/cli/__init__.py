@@ -42,6 +42,9 @@ def main() -> None:
         signal.signal(signal.SIGINT, _interrupted)
     except ValueError:
         pass  # not the main thread: keep Python's default
+    import gc
+
+    gc.disable()  # for start-up only: root.guarded turns it back on (root.resume_gc)
     from gpusizer.cli.root import main as run
 
     run()

@@ -12,6 +12,7 @@ from gpusizer.cli.options import (
     OUTPUT,
     CatalogOpt,
     JsonOpt,
+    _cache_dir,
     _load_catalog,
     _show,
     complete_gpu,
@@ -85,7 +86,7 @@ def catalog_show(
     """Show one catalog entry with its sources."""
     from gpusizer import api
 
-    result = api.show_gpu(gpu, catalog=_load_catalog(catalog))
+    result = api.show_gpu(gpu, catalog=_load_catalog(catalog), cache_dir=_cache_dir())
 
     def table(width: int) -> object:
         from gpusizer.render.catalog import gpu_detail
@@ -118,7 +119,8 @@ def compare_cmd(
     """Put GPUs side by side, with ratios against the first."""
     from gpusizer import api
 
-    result = api.compare(gpus, workload=workload, model=model, catalog=_load_catalog(catalog))
+    result = api.compare(gpus, workload=workload, model=model, catalog=_load_catalog(catalog),
+                         cache_dir=_cache_dir())
 
     def table(width: int) -> object:
         from gpusizer.render.catalog import comparison_table

@@ -195,11 +195,13 @@ def _print_estimate(ctx: typer.Context, result: EstimateResult, json_out: bool) 
     if not res.fits:
         report_note(ctx)
         raise NothingFitsError(res.reason or "nothing fits", hint=res.hint)
+    from gpusizer.performance.calibration import load_calibration
     from gpusizer.render.estimate import estimate_renderables
 
     _warn(ctx, list(result.notes))
     console = _console(ctx)
-    for part in estimate_renderables(result, width=console.width):
+    within = load_calibration(cache_dir=_cache_dir()).errors.get("held_out_within_20pct")  # (the one estimate used)
+    for part in estimate_renderables(result, width=console.width, held_out_within=within):
         console.print(part)
     report_note(ctx)
     if not result.fits:

@@ -14,6 +14,7 @@ Python type.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
@@ -161,8 +162,16 @@ def _show(ctx: typer.Context, result: Any, json_out: bool, render: Callable[[int
         emit_json(result.document())
         return
     _warn(ctx, result.notes)
+    from gpusizer.render.common import Lines, chosen_width, print_lines
+
+    width = chosen_width(sys.stdout)
+    shown = render(width) if width is not None else None
+    if isinstance(shown, Lines) and print_lines(shown):
+        return  # (plain lines: rich's console is not loaded)
     console = _console(ctx)
-    console.print(render(console.width))
+    if shown is None or console.width != width:
+        shown = render(console.width)
+    console.print(shown.rich_text() if isinstance(shown, Lines) else shown)
 
 
 

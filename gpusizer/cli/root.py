@@ -34,7 +34,7 @@ from gpusizer.cli.helpfmt import with_stacked_help
 from gpusizer.cli.options import OUTPUT, PANELS, examples
 from gpusizer.errors import ExitCode, GpusizerError
 
-_STATE: dict[str, Any] = {"debug": False, "json": False, "args": (), "command": None}
+_STATE: dict[str, Any] = {"debug": False, "json": False, "args": (), "command": None, "gc_paused": False}
 #: The longest error line printed; a longer one (a huge bad value) is cut.
 MAX_LINE = 400
 #: errno values that mean the output cannot be written (not a bug, not the input's fault)
@@ -52,6 +52,7 @@ def guarded(func: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        resume_gc()
         try:
             try:
                 return func(*args, **kwargs)
@@ -78,6 +79,22 @@ def guarded(func: Callable[..., Any]) -> Callable[..., Any]:
             return _internal(exc)
 
     return wrapper
+
+
+def resume_gc() -> None:
+    """Turn the cyclic garbage collector back on, if the console script paused it for start-up.
+
+    Start-up (typer, the command's module and options, pydantic's imports) allocates many
+    objects, none of them garbage, and the collector kept walking them: about 10 ms of a
+    command's start. ``gpusizer.cli.main`` pauses it until the command itself runs; here
+    what start-up made is moved out of its reach (``gc.freeze``) and it runs as usual for
+    the command's work, however long that takes."""
+    if _STATE["gc_paused"]:
+        import gc
+
+        _STATE["gc_paused"] = False
+        gc.freeze()
+        gc.enable()
 
 
 def _internal(exc: Exception) -> NoReturn:
@@ -354,6 +371,8 @@ def humanise(command: Any) -> Any:
     if help_option is not None:
         help_option.rich_help_panel = PANELS[-1]
     for param in [*command.params, *([help_option] if help_option is not None else [])]:
+        if getattr(param, "_runtime_param", False) is None:
+            param._runtime_param = _CoerceWhenGiven()
         if getattr(param, "is_flag", False) and param.metavar is None:
             param.metavar = ""
         if param.param_type_name == "argument":
@@ -366,6 +385,22 @@ def humanise(command: Any) -> Any:
     for sub in () if isinstance(commands, LazyCommands) else commands.values():
         humanise(sub)
     return command
+
+
+class _CoerceWhenGiven:
+    """An option's coercion, built only when the option has a value to coerce. typer (0.26 and
+    later) builds a pydantic TypeAdapter for every option of the command it runs before it
+    looks at the value, though an option left out (None) needs none: a command line that gives
+    three of recommend's forty options would build forty. This stands in for typer's runtime
+    parameter until the first value that is not None, then puts typer's own in its place."""
+
+    def coerce(self, value: Any, param: Any, ctx: Any) -> Any:
+        if value is None and not (param.multiple or param.nargs == -1):
+            return None  # (what typer's own returns for it)
+        from typer._coercion import build_runtime_param
+
+        param._runtime_param = build_runtime_param(param.type_descriptor)
+        return param._runtime_param.coerce(value, param=param, ctx=ctx)
 
 
 class LazyCommands(MutableMapping[str, Any]):
@@ -496,6 +531,9 @@ def use_ascii_where_needed() -> None:
 
 def main() -> None:
     """Run the app as the console script."""
+    import gc
+
+    _STATE["gc_paused"] = not gc.isenabled()  # (gpusizer.cli.main paused it; see resume_gc)
     use_ascii_where_needed()
     if os.environ.get("_GPUSIZER_COMPLETE"):
         # shell completion (README, 'Shell completion'): typer's completion classes, which

@@ -11,6 +11,7 @@ that suggests the close ones. Nothing here runs at import time.
 from __future__ import annotations
 
 import difflib
+import functools
 import re
 import string
 import types
@@ -90,8 +91,10 @@ def _kind_of(annotation: Any) -> FieldKind | None:
     return None  # tuples (aliases, sources): not usable in a rule
 
 
-def field_kinds() -> dict[str, FieldKind]:
-    """Every field a rule may name, with its kind."""
+@functools.cache
+def field_kinds() -> Mapping[str, FieldKind]:
+    """Every field a rule may name, with its kind (built once and read-only: every test,
+    criterion and message of the rules file asks for it)."""
     kinds: dict[str, FieldKind] = {}
     for name, info in Gpu.model_fields.items():
         kind = _kind_of(info.annotation)
@@ -99,7 +102,7 @@ def field_kinds() -> dict[str, FieldKind]:
             kinds[name] = "ordered" if name in ORDERED_VALUES else kind
     for name in DERIVED_FIELDS:
         kinds[name] = "bool" if name in DERIVED_BOOLS else "number"
-    return kinds
+    return types.MappingProxyType(kinds)
 
 
 def _unknown_field(name: str) -> ValueError:

@@ -42,7 +42,8 @@ from gpusizer.domain.run import RunConfig, make_run_config
 from gpusizer.domain.shape import ModelShape
 from gpusizer.errors import UsageError
 from gpusizer.hardware.catalog import SEGMENTS, TENSOR_FIELDS, VENDORS, Gpu, Price
-from gpusizer.memory.estimate import fewest_gpus, largest_batch
+from gpusizer.memory.estimate import MAX_BATCH, fewest_gpus, largest_batch
+from gpusizer.memory.estimate import fits as fits_memory
 from gpusizer.memory.fit import Capacity, CapacitySource, GpuFit, fit_model
 from gpusizer.ranking.configs import Plan
 from gpusizer.ranking.rules import (
@@ -1138,11 +1139,15 @@ def _speed(
     if req.batch is not None:
         batch = req.batch
     else:
-        most = largest_batch(shape, sized, cand.capacity_bytes)
-        if most is None:
-            return Speed(method="performance-model", throughput_per_s=None, unit="",
-                         note=f"{shape.name} does not fit at batch 1")
-        batch = min(spec.batch or 1, most)
+        batch = spec.batch or 1
+        # memory grows with batch (largest_batch's premise), so the workload's batch stands
+        # where it fits: one memory estimate, where finding the largest batch takes about 20
+        if batch > MAX_BATCH or not fits_memory(shape, sized.model_copy(update={"batch": batch}), cand.capacity_bytes):
+            most = largest_batch(shape, sized, cand.capacity_bytes)
+            if most is None:
+                return Speed(method="performance-model", throughput_per_s=None, unit="",
+                             note=f"{shape.name} does not fit at batch 1")
+            batch = min(batch, most)
     perf_cfg = sized.model_copy(update={"batch": batch, "gpus": req.gpus_per_node})
     from gpusizer.performance.estimate import estimate_performance
 

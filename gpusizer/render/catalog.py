@@ -5,13 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from gpusizer.render.common import NA, columns, fit_table, fmt, fmt_ratio, show_value
+from gpusizer.render.common import NA, Lines, columns, fit_table, fmt, fmt_ratio, show_value
 from gpusizer.units import format_bytes, format_count
 
 if TYPE_CHECKING:
     from rich.console import Group
     from rich.table import Table
-    from rich.text import Text
 
     from gpusizer.hardware.browse import Comparison
     from gpusizer.hardware.catalog import Gpu
@@ -64,14 +63,12 @@ LIST_DROP_ORDER = ("street_price_usd", "nvlink_gb_s", "gpudirect_rdma", "ecc", "
 
 
 def catalog_table(gpus: Iterable[Gpu], title: str | None = None, *, provenance: bool = False,
-                  width: int | None = None, sort: str | None = None) -> Text:
+                  width: int | None = None, sort: str | None = None) -> Lines:
     """The catalog list, as plain columns (a rich Table costs several times as much to draw 149
-    rows). ``provenance``: mark derived values (``*``) and unknown Tensor Core rates (``?``), add
+    rows, and plain lines print without loading rich's console at all). ``provenance``: mark derived values (``*``) and unknown Tensor Core rates (``?``), add
     the count of derived values, and say so in a caption. ``width``: lay it out within that many
     columns, leaving out :data:`LIST_DROP_ORDER`'s columns (but ``sort``'s) as needed, and say which."""
     import textwrap
-
-    from rich.text import Text
 
     rows = list(gpus)
     fields = list(LIST_COLUMNS)
@@ -97,7 +94,7 @@ def catalog_table(gpus: Iterable[Gpu], title: str | None = None, *, provenance: 
     out = [*([title, ""] if title else []), head, "─" * len(head), *lines]
     for caption in captions:
         out += ["", *(line.replace("\u00a0", " ") for line in textwrap.wrap(caption, width or 200))]
-    return Text("\n".join(out), no_wrap=True, overflow="ignore")
+    return Lines("\n".join(out))
 
 
 def _detail_value(gpu: Gpu, field: str, formulas: Mapping[str, str]) -> str:

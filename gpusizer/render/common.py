@@ -30,9 +30,10 @@ if TYPE_CHECKING:
     from rich.console import Console, ConsoleOptions, ConsoleRenderable, RenderResult
     from rich.measure import Measurement
     from rich.table import Table
+    from rich.text import Text
 
-__all__ = ["NA", "Bar", "bar", "emit_json", "escape_control", "fit_table", "fmt", "fmt_ratio", "make_console",
-           "strip_control", "show_bool", "show_value", "wrap_note"]
+__all__ = ["NA", "Bar", "Lines", "bar", "chosen_width", "emit_json", "escape_control", "fit_table", "fmt", "fmt_ratio",
+           "make_console", "print_lines", "strip_control", "show_bool", "show_value", "wrap_note"]
 
 #: C0 controls but tab and newline, DEL, C1 controls (0x9b is a one-byte CSI), the
 #: Unicode line and paragraph separators, and the bidirectional overrides and
@@ -83,21 +84,25 @@ def _clean_hook() -> Any:
 MIN_WIDTH = 40
 
 
-def make_console(*, stderr: bool = False, no_color: bool = False) -> Console:
+def chosen_width(stream: Any) -> int | None:
+    """The width output to ``stream`` is laid out at, where gpusizer chooses it; None where rich
+    reads the terminal's own."""
     import os
 
-    from rich.console import Console
-
-    kwargs: dict[str, Any] = {"stderr": stderr, "highlight": False, "markup": False, "emoji": False}
-    stream = sys.stderr if stderr else sys.stdout
     columns = os.environ.get("COLUMNS", "").strip()
     if not columns and not (hasattr(stream, "isatty") and stream.isatty()):
         # Piped or redirected: no terminal to fit, so do not squeeze tables to 80 columns.
-        kwargs["width"] = 200
-    elif columns:
-        # COLUMNS as given, but never below MIN_WIDTH: nothing lays out in fewer (rich prints
-        # nothing at 0); not a number: the terminal's own width
-        kwargs["width"] = max(MIN_WIDTH, int(columns)) if columns.isdigit() else None
+        return 200
+    # COLUMNS as given, but never below MIN_WIDTH: nothing lays out in fewer (rich prints
+    # nothing at 0); not a number: the terminal's own width
+    return max(MIN_WIDTH, int(columns)) if columns.isdigit() else None
+
+
+def make_console(*, stderr: bool = False, no_color: bool = False) -> Console:
+    from rich.console import Console
+
+    kwargs: dict[str, Any] = {"stderr": stderr, "highlight": False, "markup": False, "emoji": False}
+    kwargs["width"] = chosen_width(sys.stderr if stderr else sys.stdout)
     if no_color:
         kwargs["no_color"] = True
         kwargs["color_system"] = None
@@ -111,6 +116,40 @@ def make_console(*, stderr: bool = False, no_color: bool = False) -> Console:
     console = _Console(**kwargs)
     console.push_render_hook(_clean_hook())
     return console
+
+
+class Lines:
+    """Text laid out already, in lines of no style: where they fit the width, what a console from
+    :func:`make_console` prints of them is the text, control characters dropped, and a newline,
+    so :func:`print_lines` writes that itself, without loading rich's console. Elsewhere
+    :meth:`rich_text` is what to give ``console.print`` (which folds a line wider than the
+    console, as it always has)."""
+
+    def __init__(self, text: str) -> None:
+        self.plain = text
+
+    def rich_text(self) -> Text:
+        from rich.text import Text
+
+        return Text(self.plain, no_wrap=True, overflow="ignore")
+
+
+def print_lines(lines: Lines) -> bool:
+    """Write ``lines`` to stdout as a console from :func:`make_console` prints them, and say so;
+    False, having written nothing, where rich would print them differently: a width gpusizer does
+    not choose (a terminal's own), a dumb terminal (rich lays out at 80 there), a tab (rich
+    expands it) or a line wider than the width (rich folds it), in cells as rich counts them."""
+    import os
+
+    from rich.cells import cell_len
+
+    width = chosen_width(sys.stdout)
+    text = strip_control(lines.plain)
+    if (width is None or os.environ.get("TERM", "").lower() in ("dumb", "unknown") or "\t" in text
+            or max(cell_len(line) for line in text.split("\n")) > width):
+        return False
+    sys.stdout.write(text + "\n")
+    return True
 
 
 def _finite(value: Any) -> Any:
@@ -225,9 +264,10 @@ def fit_table(table: Table, width: int, drop: Sequence[str] = ()) -> Table:
         return _minimum_width(table) <= width
 
     for header in drop:
-        if lay(gone) or header not in named:
-            continue
-        gone.append(named[header])
+        if lay(gone):
+            break  # (it fits, and nothing more goes: laying it out again for each header tells nothing new)
+        if header in named:
+            gone.append(named[header])
     # take back what fits again, most important first (a later drop may have made room)
     for column in reversed(gone[:]):
         if lay([c for c in gone if c is not column]):

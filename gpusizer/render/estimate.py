@@ -41,17 +41,16 @@ def _seconds(s: float) -> str:
     return f"{s * 1e6:,.1f} us"
 
 
-def _miss_share() -> str:
-    """'; 20% of held-out cases miss by over 20%', from the calibration's recorded errors."""
-    from gpusizer.performance.calibration import load_calibration
-
-    within = load_calibration().errors.get("held_out_within_20pct")
+def _miss_share(within: float | None) -> str:
+    """'; 20% of held-out cases miss by over 20%', from the calibration's recorded share of
+    held-out cases within 20% (``errors.held_out_within_20pct``)."""
     if within is None:
         return ""
     return f"; {1 - within:.0%} of held-out cases miss by over 20%"
 
 
-def summary_table(est: PerfEstimate, gpu: Gpu, inputs: Mapping[str, Any], batch_note: str) -> Table:
+def summary_table(est: PerfEstimate, gpu: Gpu, inputs: Mapping[str, Any], batch_note: str,
+                  held_out_within: float | None) -> Table:
     from rich import box
     from rich.table import Table
 
@@ -65,7 +64,7 @@ def summary_table(est: PerfEstimate, gpu: Gpu, inputs: Mapping[str, Any], batch_
                   show_header=False)
     table.add_column("what", style="bold")
     table.add_column("value")
-    band = f" (error band {est.error_band:.0%}{_miss_share()}; docs/accuracy.md)"
+    band = f" (error band {est.error_band:.0%}{_miss_share(held_out_within)}; docs/accuracy.md)"
     table.add_row("throughput", _rate(est.throughput_per_s, est.throughput_unit) + band)
     if n > 1:
         table.add_row("per GPU", _rate(est.per_gpu_throughput_per_s, est.throughput_unit))
@@ -191,15 +190,18 @@ def serving_table(s: ServingSpeed) -> Table:
     return table
 
 
-def estimate_renderables(result: EstimateResult, width: int | None = None) -> list[Table | Text]:
-    """Everything ``estimate`` shows for a run that fits, top to bottom."""
+def estimate_renderables(result: EstimateResult, width: int | None = None, *,
+                         held_out_within: float | None) -> list[Table | Text]:
+    """Everything ``estimate`` shows for a run that fits, top to bottom. ``held_out_within``: the
+    share of the calibration's held-out cases within 20% (from the calibration the estimate used:
+    the caller has it loaded, where reading it again here would parse its YAML afresh)."""
     from rich.text import Text
 
     res = result.results
     est = res.estimate
     assert est is not None  # a run that fits has an estimate
     parts: list[Table | Text] = [
-        summary_table(est, result.gpu, result.input, res.batch_source), breakdown_table(est, width),
+        summary_table(est, result.gpu, result.input, res.batch_source, held_out_within), breakdown_table(est, width),
         scaling_table(list(res.scaling_curve), est.throughput_unit, width),
     ]
     if res.serving is not None:
