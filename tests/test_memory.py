@@ -388,10 +388,19 @@ REMEDY_RUNS = [
     ("llama-3.1-70b", "--inference", "--gpu", "rtx-a6000"),
     # a batch too large for a small card: the largest micro-batch that divides it
     ("resnet50", "--memory", "2GB", "--batch", "256"),
+    # the user's own gradient accumulation is kept in the samples per step
+    ("llama-2-7b", "--gpu", "rtx-4090", "--qlora", "--precision", "bf16", "--checkpointing", "--seq-len", "4096",
+     "--batch", "16", "--grad-accumulation", "4"),
+    # under pipeline stages the micro-batches set what the first stage holds in flight
+    ("llama-2-13b", "--gpus", "4", "--pp", "4", "--gpu", "rtx-4090", "--checkpointing", "--seq-len", "4096",
+     "--batch", "32", "--qlora", "--precision", "bf16"),
+    # nothing fits at the run's batch: a change and a smaller micro-batch together
+    ("llama-3.1-8b", "--lora", "16", "--offload", "activations", "--gpu", "rtx-4090", "--batch", "64",
+     "--grad-accumulation", "4", "--seq-len", "8192"),
 ]
 
 
-@pytest.mark.parametrize("run", REMEDY_RUNS, ids=[r[0] for r in REMEDY_RUNS])
+@pytest.mark.parametrize("run", REMEDY_RUNS, ids=[f"{r[0]}-{i}" for i, r in enumerate(REMEDY_RUNS)])
 def test_each_remedy_is_what_its_command_line_gives(cli_json, run):
     """Where a run fits on no GPU (exit 4), fit-model lists changes that would fit, and each is
     exactly what running with those options gives: the same peak, on the same GPUs, with the
@@ -423,6 +432,9 @@ def test_a_batch_remedy_keeps_the_samples_per_step(cli_json):
     res = cli_json("fit-model", "--model", "resnet50", "--memory", "2GB", "--batch", "256", code=4)["results"]
     batch, steps = (int(o.split()[1]) for o in res["remedies"][0]["options"])
     assert batch * steps == 256 and batch <= res["remedies"][0]["max_batch"] < 2 * batch
+    # with gradient accumulation given: 16 x 4 = 64 samples a step before and after
+    res = cli_json("fit-model", "--model", *REMEDY_RUNS[4], code=4)["results"]
+    assert res["remedies"][0]["options"] == ["--batch 4", "--grad-accumulation 16"]
 
 
 def test_nothing_is_suggested_when_the_run_fits(cli_json):

@@ -338,54 +338,76 @@ MAX_REMEDIES = 3
 
 
 def remedies(shape: ModelShape, cfg: RunConfig, capacities: Sequence[Capacity]) -> tuple[Remedy, ...]:
-    """The first :data:`MAX_REMEDIES` changes of :data:`REMEDIES` that make the run fit on a GPU
-    of ``capacities``, each measured by the memory model: its peak, the GPUs that hold it, and
-    the largest batch on the smallest of them."""
+    """The first :data:`MAX_REMEDIES` changes that make the run fit on a GPU of ``capacities``,
+    each measured by the memory model: its peak, the GPUs that hold it, and the largest batch on
+    the smallest of them. First a smaller micro-batch (:func:`_rebatched`), then the entries of
+    :data:`REMEDIES`, then those entries with a smaller micro-batch too."""
     found: list[Remedy] = []
-    smaller = _smaller_batch(shape, cfg, capacities)
-    if smaller is not None:
-        found.append(smaller)
-    for options, changes in REMEDIES:
-        updates = [change(shape, cfg) for change in changes]
-        if any(u is None for u in updates) or any(set(r.options) < set(options) for r in found):
+
+    def add(options: tuple[str, ...], changed: RunConfig) -> None:
+        if len(found) < MAX_REMEDIES and not any(set(r.options) <= set(options) for r in found):
+            remedy = _measured(shape, options, changed, capacities)
+            if remedy is not None:
+                found.append(remedy)
+
+    rebatched = _rebatched(shape, cfg, capacities)
+    if rebatched is not None:
+        add(rebatched[1], rebatched[0])
+    changes = []
+    for options, updates in REMEDIES:
+        wanted = [update(shape, cfg) for update in updates]
+        if any(u is None for u in wanted):
             continue
-        merged: dict[str, Any] = {k: v for u in updates if u for k, v in u.items()}
-        try:
-            changed = RunConfig.model_validate({**dict(cfg), **merged})  # validated, unlike model_copy
-            total = estimate_memory(shape, changed).total_bytes
-        except (UsageError, ValueError):
-            continue  # a change this run cannot take (e.g. offload that needs sharding)
-        holding = sorted((c for c in capacities if total <= c.memory_bytes), key=lambda c: c.memory_bytes)
-        if not holding:
+        try:  # validated, unlike model_copy
+            changed = RunConfig.model_validate({**dict(cfg), **{k: v for u in wanted if u for k, v in u.items()}})
+        except ValueError:
             continue
-        batch = largest_batch(shape, changed, holding[0].memory_bytes) if shape.arch is not None else None
-        found.append(Remedy(options=options, total_bytes=total, max_batch=batch,
-                            fits_on=tuple(c.gpu.id if c.gpu else c.label for c in holding)))
-        if len(found) == MAX_REMEDIES:
-            break
+        changes.append((options, changed))
+        add(options, changed)
+    for options, changed in changes:
+        rebatched = _rebatched(shape, changed, capacities)
+        if rebatched is not None:
+            add((*options, *rebatched[1]), rebatched[0])
     return tuple(found)
 
 
-def _smaller_batch(shape: ModelShape, cfg: RunConfig, capacities: Sequence[Capacity]) -> Remedy | None:
-    """The largest batch that fits on the largest GPU checked, where the run's batch does not;
-    a training run keeps its batch per step by accumulating gradients over micro-batches (the
-    largest micro-batch that divides it, gradients kept between them)."""
+def _measured(shape: ModelShape, options: tuple[str, ...], changed: RunConfig,
+              capacities: Sequence[Capacity]) -> Remedy | None:
+    """``changed`` as a remedy, if it fits on a GPU of ``capacities``."""
+    try:
+        total = estimate_memory(shape, changed).total_bytes
+    except UsageError:
+        return None  # a change this run cannot take (e.g. offload that needs sharding)
+    holding = sorted((c for c in capacities if total <= c.memory_bytes), key=lambda c: c.memory_bytes)
+    if not holding:
+        return None
+    batch = largest_batch(shape, changed, holding[0].memory_bytes) if shape.arch is not None else None
+    return Remedy(options=options, total_bytes=total, max_batch=batch,
+                  fits_on=tuple(c.gpu.id if c.gpu else c.label for c in holding))
+
+
+def _rebatched(shape: ModelShape, cfg: RunConfig,
+               capacities: Sequence[Capacity]) -> tuple[RunConfig, tuple[str, ...]] | None:
+    """``cfg`` at the largest micro-batch that fits on the largest GPU checked, where its batch does
+    not, and the options that say so. Training keeps the samples per step: the micro-batch divides
+    the batch, and the micro-batches a step (``--grad-accumulation``, the 1F1B micro-batches under
+    pipeline stages) grow to match, gradients kept between them."""
     if cfg.batch <= 1 or shape.arch is None or not capacities:
         return None
-    biggest = max(capacities, key=lambda c: c.memory_bytes)
-    micro = cfg.model_copy(update={"persistent_grads": True}) if cfg.mode == "train" else cfg
-    largest = largest_batch(shape, micro, biggest.memory_bytes)
+    biggest = max(c.memory_bytes for c in capacities)
+    train = cfg.mode == "train"
+    try:
+        largest = largest_batch(shape, cfg.model_copy(update={"persistent_grads": True}) if train else cfg, biggest)
+    except UsageError:
+        return None
     if largest is None or largest >= cfg.batch:
         return None
-    batch = largest
-    if cfg.mode == "train":  # the largest micro-batch that divides the batch, so a step sees the same samples
-        batch = max(d for d in range(1, largest + 1) if cfg.batch % d == 0)
-    changed = micro.model_copy(update={"batch": batch})
-    total = estimate_memory(shape, changed).total_bytes
-    options = (f"--batch {batch}",) + ((f"--grad-accumulation {cfg.batch // batch}",) if cfg.mode == "train" else ())
-    holding = sorted((c for c in capacities if total <= c.memory_bytes), key=lambda c: c.memory_bytes)
-    return Remedy(options=options, total_bytes=total, max_batch=largest_batch(shape, changed, holding[0].memory_bytes),
-                  fits_on=tuple(c.gpu.id if c.gpu else c.label for c in holding))
+    if not train:
+        return cfg.model_copy(update={"batch": largest}), (f"--batch {largest}",)
+    batch = max(d for d in range(1, largest + 1) if cfg.batch % d == 0)
+    steps = cfg.micro_batches * (cfg.batch // batch)
+    changed = cfg.model_copy(update={"batch": batch, "micro_batches": steps, "persistent_grads": True})
+    return changed, (f"--batch {batch}", f"--grad-accumulation {steps}")
 
 
 def capacities_from_sizes(sizes: Sequence[tuple[str, int]]) -> list[Capacity]:

@@ -140,7 +140,7 @@ REMEDY_GPUS = 3
 def remedy_lines(report: FitReport, width: int) -> list[str]:
     """The changes that would make a run that fits nowhere fit (FitReport.remedies), a line each:
     the options, the peak with them, the GPUs that hold it and the largest batch there."""
-    from gpusizer.render.common import wrap_note
+    import textwrap
 
     if not report.remedies:
         return []
@@ -151,5 +151,6 @@ def remedy_lines(report: FitReport, width: int) -> list[str]:
             gpus += f" and {len(r.fits_on) - REMEDY_GPUS} more"
         batch = f"; batch up to {r.max_batch:,} there" if r.max_batch is not None else ""
         text = f"needs {format_bytes(r.total_bytes)}, fits on {gpus}{batch}"
-        lines.append(wrap_note(text, width, lead=f"  {' '.join(r.options)}: "))
+        lines.append(textwrap.fill(f"{' '.join(r.options)}: {text}", width=max(width, 40), initial_indent="  ",
+                                   subsequent_indent="    ", break_long_words=False, break_on_hyphens=False))
     return lines
