@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 from hypothesis import assume, given, settings
@@ -318,3 +319,36 @@ def test_activation_offloading_with_pipeline_stages_is_refused(cli):
                  "--pp", "2", "--gpu", "a100")
     assert result.exit_code == 2
     assert "--offload" in result.stderr and "pipeline stages" in result.stderr
+
+
+def test_strategy_tp_with_stages_finds_its_fewest_gpus(cli_json):
+    """--strategy tp without --tp splits each layer over the GPUs the stages leave, up to a node's:
+    the fewest GPUs is a count the layout takes (pp=4 times 1, 2, 4 or 8), not 'none'."""
+    res = cli_json("fit-model", "--model", "llama-2-70b", "--strategy", "tp", "--pp", "4", "--gpus", "16",
+                   "--grad-accumulation", "8", "--checkpointing", "--gpu", "h100-sxm5-80gb")["results"]
+    (gpu,) = res["gpus"]
+    assert gpu["fits"] and gpu["min_gpus"] in (4, 8, 16)
+    fewer = cli_json("fit-model", "--model", "llama-2-70b", "--strategy", "tp", "--pp", "4", "--gpus",
+                     str(gpu["min_gpus"]), "--grad-accumulation", "8", "--checkpointing", "--gpu",
+                     "h100-sxm5-80gb")["results"]
+    assert fewer["gpus"][0]["fits"]
+    if gpu["min_gpus"] > 4:
+        half = cli_json("fit-model", "--model", "llama-2-70b", "--strategy", "tp", "--pp", "4", "--gpus",
+                        str(gpu["min_gpus"] // 2), "--grad-accumulation", "8", "--checkpointing", "--gpu",
+                        "h100-sxm5-80gb", code=4)["results"]
+        assert not half["gpus"][0]["fits"]
+
+
+@pytest.mark.parametrize(("args", "option"), [
+    (("--method", "rule-of-thumb", "--gpus", "8", "--pp", "8"), "--pp"),
+    (("--method", "rule-of-thumb", "--gpus", "8", "--tp", "8"), "--tp"),
+])
+def test_the_rule_of_thumb_refuses_layouts(cli, args, option):
+    result = cli("fit-model", "--model", "llama-2-70b", "--gpu", "h100-sxm5-80gb", *args)
+    assert result.exit_code == 2 and option in result.stderr and "rule of thumb" in result.stderr
+
+
+def test_exact_mode_refuses_tensor_parallelism_before_needing_torch(cli):
+    result = cli("fit-model", "--hf-config", str(Path(__file__).parent / "data/hf/tiny-llama/config.json"), "--exact", "--tp", "2",
+                 "--gpu", "h100-sxm5-80gb")
+    assert result.exit_code == 2 and "--tp" in result.stderr

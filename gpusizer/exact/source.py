@@ -7,6 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gpusizer.domain.parallelism import LAYOUT_DEGREES
 from gpusizer.domain.run import RunConfig
 from gpusizer.errors import UsageError
 
@@ -65,8 +66,9 @@ ANALYTIC = "the analytic model (not exact mode) estimates this run"
 #: settings exact mode cannot trace on a CPU, and why; each points back to the analytic path
 _UNTRACEABLE: tuple[tuple[str, object, str], ...] = (
     ("gpus", 1, "exact mode traces one GPU; sharded and parallel runs use the analytic model"),
+    (LAYOUT_DEGREES[0], None, "exact mode traces one GPU; tensor parallelism uses the analytic model"),
     *((degree, 1, "exact mode traces one GPU; pipeline, context and expert parallelism use the analytic model")
-      for degree in ("pp", "cp", "ep")),
+      for degree in LAYOUT_DEGREES[1:]),
     ("offload", "none", "offloading moves state off the GPU outside PyTorch's ops"),
     ("weight_format", None, "published quantised weight formats need their CUDA kernels"),
     ("kv_cache", "auto", "quantised KV caches need a serving engine's kernels"),

@@ -21,12 +21,14 @@ from gpusizer.domain.finetune import (
     require_transformer,
 )
 from gpusizer.domain.parallelism import (
+    NODE_GPUS,
     Parallelism,
     sharded_gpus,
     sharding,
     shards_over_replicas,
     shards_weights,
     tensor_parallel_field,
+    within_node,
 )
 from gpusizer.domain.precision import WEIGHT_FORMATS, kv_element_bytes, storage_spec
 from gpusizer.domain.run import DEFAULT_FRAGMENTATION, RunConfig, make_run_config
@@ -1297,14 +1299,19 @@ def _fewest_layout_gpus(shape: ModelShape, cfg: RunConfig, capacity_bytes: int) 
     group = (cfg.tp or 1) * cfg.pp * cfg.cp
     base = group * (cfg.ep // math.gcd(cfg.ep, cfg.cp))
     sharded = shards_over_replicas(cfg.strategy)
+    # a tensor-parallel strategy without --tp splits each layer over the GPUs left by pp and cp,
+    # up to a node's: more GPUs hold less until then
+    grows_tp = cfg.tp is None and within_node(cfg.strategy)
     n = base
     while n <= MAX_GPUS:
+        tp_grows = grows_tp and n // base < NODE_GPUS
         try:
             if fits(shape, cfg.model_copy(update={"gpus": n}), capacity_bytes):
                 return n
         except UsageError:
-            return None
-        if not sharded:
+            if not tp_grows:
+                return None  # a layout this model cannot take (e.g. heads tp does not divide)
+        if not (sharded or tp_grows):
             return None
         n *= 2
     return None

@@ -14,7 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from gpusizer.domain.finetune import Adapter
-from gpusizer.domain.parallelism import layout_words, sharding_advice, shards_weights, strategy_label
+from gpusizer.domain.parallelism import LAYOUT_DEGREES, layout_words, sharding_advice, shards_weights, strategy_label
 from gpusizer.domain.precision import (
     ADAPTER_BASE_PRECISION,
     KV_CACHE_BYTES,
@@ -166,8 +166,16 @@ def fit_model(shape: ModelShape, cfg: RunConfig, capacities: Sequence[Capacity],
 
 
 def fit_rule_of_thumb(shape: ModelShape, cfg: RunConfig, capacities: Sequence[Capacity]) -> FitReport:
-    """The source documents' rule: (MB - 400) / 2 x 1024^2 / 4 params fit (momentum SGD, fp32)."""
+    """The source documents' rule: (MB - 400) / 2 x 1024^2 / 4 params fit (momentum SGD, fp32).
+    It knows one GPU's parameters: a layout (tp, pp, cp, ep) is refused, and more GPUs help
+    only a strategy that spreads the weights, whose parameters it divides evenly."""
+    for degree in LAYOUT_DEGREES:
+        value = getattr(cfg, degree)
+        if value not in (None, 1):
+            raise UsageError(f"the rule of thumb counts one GPU's parameters and has no {degree} = {value} layout",
+                             hint="use the physics method for a parallel layout", field=degree)
     breakdown = estimate_memory(shape, cfg)
+    spreads = shards_weights(cfg.strategy)
     results = []
     for cap in capacities:
         usable = rule_of_thumb_params(cap.memory_bytes / MIB)
@@ -182,7 +190,7 @@ def fit_rule_of_thumb(shape: ModelShape, cfg: RunConfig, capacities: Sequence[Ca
                 headroom_bytes=cap.memory_bytes - rule_of_thumb_bytes(shape.params),
                 max_batch=None,
                 max_batch_reason="the rule of thumb has no batch",
-                min_gpus=math.ceil(shape.params / usable) if usable else None,
+                min_gpus=math.ceil(shape.params / usable) if usable and (spreads or shape.params <= usable) else None,
                 rule_of_thumb_params=usable,
             )
         )
