@@ -292,15 +292,16 @@ def test_fewest_gpus_keeps_the_layout(cli_json):
 
 def test_context_parallel_ring_volume():
     """Llama 3.1 8B (32 layers, 8 KV heads of 128) at 131,072 tokens over cp = 8: each rank passes
-    its K and V chunk (16,384 tokens, 16 bits) 7 times a layer forward and twice that backward."""
+    its K and V chunk (16,384 tokens, 16 bits) 7 times a layer forward, twice that backward, and
+    again in the forward that checkpointing repeats during backward: 4 passes."""
     shape = _shape("llama-3.1-8b")
     gpu = load_catalog().resolve("h100-sxm5-80gb").gpu
     cfg = make_run_config(precision="bf16", gpus=8, cp=8, batch=1, seq_len=131072, checkpointing=True)
     est = estimate_performance(gpu, shape, cfg)
     chunk = 2 * 8 * 128 * (131072 // 8) * 2
-    volume = 7 * chunk * 32 * 3
+    volume = 7 * chunk * 32 * 4
     note = next(n for n in est.notes if n.startswith("context parallelism"))
-    assert f"{volume / 1e9:,.2f} GB" in note  # 45.10 GB
+    assert f"{volume / 1e9:,.2f} GB" in note  # 60.13 GB
     # the ring overlaps attention, which at 131K tokens takes longer than the exchange
     assert est.comm_exposed_s < est.comm_s
 
@@ -352,3 +353,28 @@ def test_exact_mode_refuses_tensor_parallelism_before_needing_torch(cli):
     result = cli("fit-model", "--hf-config", str(Path(__file__).parent / "data/hf/tiny-llama/config.json"), "--exact", "--tp", "2",
                  "--gpu", "h100-sxm5-80gb")
     assert result.exit_code == 2 and "--tp" in result.stderr
+
+
+def test_checkpointing_repeats_the_forward_collectives():
+    """Megatron's tensor parallelism all-reduces twice a layer in each forward pass and twice in
+    backward; a checkpointed step runs the forward again during backward, so 6 all-reduces a layer
+    instead of 4 (the same bytes each): 1.5x the traffic on a run with no other collective."""
+    shape = _shape("llama-2-7b")
+    gpu = load_catalog().resolve("h100-sxm5-80gb").gpu
+    base = {"precision": "bf16", "gpus": 4, "strategy": "tp", "batch": 1, "seq_len": 4096}
+    plain = estimate_performance(gpu, shape, make_run_config(**base))
+    ckpt = estimate_performance(gpu, shape, make_run_config(**base, checkpointing=True))
+    assert ckpt.comm_bytes == pytest.approx(1.5 * plain.comm_bytes)
+
+
+def test_stages_send_the_residual_stream_at_the_width_the_memory_model_keeps():
+    """Under AMP the residual stream is fp32 (memory model), so a stage boundary sends 4 bytes a
+    value; in bf16, 2: Llama 2 7B, 4 x 4,096 tokens, tp = 1."""
+    shape = _shape("llama-2-7b")
+    gpu = load_catalog().resolve("h100-sxm5-80gb").gpu
+    for precision, width in (("mixed", 4), ("bf16", 2)):
+        est = estimate_performance(gpu, shape, make_run_config(precision=precision, gpus=2, pp=2, batch=4,
+                                                               seq_len=4096, micro_batches=4))
+        note = next(n for n in est.notes if n.startswith("pipeline"))
+        size = 4 * 4096 * 4096 * width
+        assert f"sends {size / 1e6:,.2f} MB a GPU ({8 * width}-bit)" in note, note

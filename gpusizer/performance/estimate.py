@@ -485,18 +485,23 @@ def _model_parallel(comm: _Comm, work: Work, st: StepTime, at: _Layout, links: I
     notes: list[str] = []
     if m is None:
         return comm
-    p = 2  # activations cross between GPUs in 16 bits (Megatron sends in the compute dtype)
+    storage = cfg.storage
+    p = storage.activation_bytes  # K, V and the MoE layers' inputs, in the compute dtype
+    # the residual stream crosses between stages: fp32 under autocast, as the memory model keeps it
+    p_stage = 4 if storage.autocast else p
     seq = cfg.seq_len or default_seq_len(shape)
     # a decode step moves one new token a sequence; otherwise every token of this rank's share
     tokens = float(cfg.batch) if work.workload == "llm-decode" else cfg.batch * seq / par.cp
-    passes = 3 if cfg.training else 1  # forward, and backward's two
+    # forward passes a step: a checkpointed step runs the forward again in backward
+    forwards = 2 if cfg.training and cfg.checkpointing else 1
+    passes = forwards + (2 if cfg.training else 0)  # and backward's two
     total_s = exposed_s = volume = 0.0
     if par.pp > 1:
         # each stage boundary: the activation forward and its gradient backward; Megatron's
         # scatter/gather sends 1/tp of it per tensor-parallel rank (Narayanan et al. 2021, 4.1)
         in_node = par.tp * par.cp * par.dp * par.pp <= gpn
         link = collective_link(at.gpu, gpn, 1 if in_node else 2, links=links, topology=at.topology)
-        size = tokens * m.hidden * p / par.tp
+        size = tokens * m.hidden * p_stage / par.tp
         sends = 2 if cfg.training else 1
         t = sends * (size / (_p2p_gb_s(link, in_node, gpn) * 1e9) + link.base_latency_us * 1e-6)
         total_s += t
@@ -508,7 +513,7 @@ def _model_parallel(comm: _Comm, work: Work, st: StepTime, at: _Layout, links: I
                     f"one batch passes through the stages in turn, each GPU idle {idle} of the time (batches that "
                     "could fill the pipeline are not modelled)")
         notes.append(f"pipeline: {par.pp} stages, {schedule}; each micro-batch sends {format_bytes(int(size), binary=False)} a GPU "
-                     f"(16-bit) between stages {'forward and backward ' if cfg.training else ''}over "
+                     f"({8 * p_stage}-bit) between stages {'forward and backward ' if cfg.training else ''}over "
                      f"{'the node' if in_node else 'the network'}; stages are timed as equal (layers / pp each; "
                      "the embedding and the output head are not balanced)")
     if par.cp > 1:
@@ -523,7 +528,7 @@ def _model_parallel(comm: _Comm, work: Work, st: StepTime, at: _Layout, links: I
         total_s += t
         exposed_s += max(0.0, t - attention_s)
         volume += size
-        notes.append(f"context parallelism: {par.cp} ranks pass 16-bit K and V round a ring, {format_bytes(int(size), binary=False)} a GPU "
+        notes.append(f"context parallelism: {par.cp} ranks pass {8 * p}-bit K and V round a ring, {format_bytes(int(size), binary=False)} a GPU "
                      "and "
                      f"micro-batch over {'the node' if in_node else 'the network'}, overlapped with attention; "
                      f"the sequence is split in 2 x {par.cp} chunks for balanced causal work (Megatron-Core)")
@@ -534,13 +539,13 @@ def _model_parallel(comm: _Comm, work: Work, st: StepTime, at: _Layout, links: I
         link = collective_link(at.gpu, gpn, 1 if in_node else 2, links=links, topology=at.topology)
         k = m.experts_per_token or 1
         size = tokens * k * m.hidden * p * (par.ep - 1) / par.ep
-        calls = 2 * (2 if cfg.training else 1) * m.moe_layers / par.pp
+        calls = 2 * (forwards + (1 if cfg.training else 0)) * m.moe_layers / par.pp
         t = calls * (size / (_p2p_gb_s(link, in_node, gpn) * 1e9) + link.base_latency_us * 1e-6)
         total_s += t
         exposed_s += t
         volume += calls * size
         notes.append(f"expert parallelism: {par.ep} ranks, an all-to-all dispatch and combine around each MoE layer "
-                     f"({format_bytes(int(size), binary=False)} of 16-bit activations a GPU each, over "
+                     f"({format_bytes(int(size), binary=False)} of {8 * p}-bit activations a GPU each, over "
                      f"{'the node' if in_node else 'the network'}), not "
                      "overlapped with compute; routing assumed balanced (every rank gets its share of tokens)")
     return comm.model_copy(update={"comm_s": comm.comm_s + total_s, "exposed_s": comm.exposed_s + exposed_s,

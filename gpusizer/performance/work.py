@@ -263,7 +263,10 @@ def _transformer_flow(m: TransformerShape, shape: ModelShape, st: _Step) -> _Flo
     if storage_spec(st.storage).autocast:
         weights_read /= 2  # matmuls read the 16-bit copies
     layers = m.layers + m.decoder_layers
-    allreduces, ar_bytes = ((4 if st.train else 2) * layers, float(tokens_per_step * m.hidden * 2)) if tp > 1 \
+    # Megatron's two all-reduces a layer in each forward pass (a checkpointed step runs the forward
+    # again in backward) and two in backward
+    forwards = 2 if st.train and cfg.checkpointing else 1
+    allreduces, ar_bytes = (2 * (forwards + st.train) * layers, float(tokens_per_step * m.hidden * 2)) if tp > 1 \
         else (0, 0.0)
     if m.kind == "decoder" and (st.train or st.phase == "prefill"):
         return _Flow(flops=flops, weights_read=weights_read, unit="tokens/s", samples=float(cfg.batch * seq),
