@@ -20,6 +20,9 @@ Optimizer = Literal["sgd", "momentum", "adam", "adamw", "adafactor", "adam8bit",
 #: How the optimizer steps: one fused kernel (the default of transformers' Trainer on
 #: PyTorch >= 2.8, torchtune, DeepSpeed and Megatron), PyTorch's multi-tensor "foreach"
 #: kernels (torch.optim's own CUDA default), or a loop over parameters
+#: Adam's two fp32 moments, and the 8-bit optimizer that keeps them in a byte each (fit-model's remedies)
+ADAM_OPTIMIZERS: tuple[str, ...] = ("adam", "adamw")
+EIGHT_BIT_ADAM: Optimizer = "adam8bit"
 OptimizerImpl = Literal["fused", "foreach", "per-tensor"]
 Head = Literal["lm", "classifier"]
 #: Inference logits: the last position only (generate(), serving engines) or every position (a plain forward pass, scoring)

@@ -131,6 +131,8 @@ def test_help_at_80_columns_lists_every_option_whole(path: list[str], cmd: Any) 
     lines = result.stdout.splitlines()
     assert all(len(line) <= 80 for line in lines), [line for line in lines if len(line) > 80]
     assert "…" not in result.stdout
+    for example in _examples(cmd):  # each example on one line, to copy whole
+        assert any(f"$ {example}" in line for line in lines), example
     body = "\n".join(lines)
     for param in cmd.params:
         if param.hidden or param.param_type_name == "argument":

@@ -112,7 +112,7 @@ PriceOpt = Annotated[float | None, typer.Option(
 @estimate_app.command("estimate", epilog=examples(
     "gpusizer estimate --model resnet50 --gpu a100",
     "gpusizer estimate --model llama-2-7b --gpu h100 --inference --batch 8",
-    "gpusizer estimate --model llama-2-7b --system dgx-h100 --strategy fsdp --tokens 100B",
+    "gpusizer estimate --model gpt2-xl --system dgx-h100 --tokens 100B",
 ))
 @guarded
 def estimate_cmd(

@@ -91,7 +91,7 @@ FitPrecisionOpt = Annotated[StoragePrecision | None, typer.Option(metavar="PRECI
 @fit_app.command("fit-model", epilog=examples(
     "gpusizer fit-model --params 60M --gpu h100",
     "gpusizer fit-model --model llama-2-7b --inference --gpu rtx-4090 --gpu a100",
-    "gpusizer fit-model --model llama-2-70b --gpu rtx-4090   # exit 4: it does not fit",
+    "gpusizer fit-model --model llama-2-70b --gpu rtx-4090  # exit 4: too big",
 ))
 @guarded
 def fit_model_cmd(

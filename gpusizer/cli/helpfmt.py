@@ -102,8 +102,9 @@ def _print_stacked_panel(*, name: str, params: Any, ctx: Any, markup_mode: Any, 
         help_lines = [line for line in help_lines if line.plain.strip()]
         if range_str:
             bounds = Text(f"[{range_str}]", style=getattr(rich_utils, "STYLE_TYPES", "yellow"))
-            if help_lines and len(help_lines[-1]) + 1 + len(bounds) <= help_width:
+            if help_lines:
                 help_lines[-1].rstrip()
+            if help_lines and len(help_lines[-1]) + 1 + len(bounds) <= help_width:
                 help_lines[-1] = Text.assemble(help_lines[-1], " ", bounds)
             else:
                 help_lines.append(bounds)

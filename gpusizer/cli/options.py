@@ -284,7 +284,9 @@ def adapter_settings(lora: int | None, qlora: bool, targets: str, double_quant: 
     if lora is None and not qlora:
         return None
     names = tuple(t.strip() for t in targets.split(",") if t.strip())
-    return {"rank": lora or 16, "targets": names, "base_quantisation": "nf4" if qlora else None,
+    from gpusizer.domain.finetune import DEFAULT_RANK, QLORA_QUANTISATION
+
+    return {"rank": lora or DEFAULT_RANK, "targets": names, "base_quantisation": QLORA_QUANTISATION if qlora else None,
             "double_quant": double_quant}
 
 

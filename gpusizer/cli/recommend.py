@@ -117,7 +117,7 @@ LocalOpt = Annotated[bool, typer.Option("--local", rich_help_panel=HARDWARE, hel
 @recommend_app.command("recommend", epilog=examples(
     "gpusizer recommend --workload cnn",
     "gpusizer recommend -w llm-inference --model llama-2-7b --top 5 --explain",
-    "gpusizer recommend -w llm-train --model llama-2-7b --budget 20000 --why-not rtx-4090",
+    "gpusizer recommend -w llm-train --model gpt2 --budget 9000 --why-not a100",
 ))
 @guarded
 def recommend_cmd(

@@ -40,6 +40,12 @@ TARGET_SETS: dict[str, tuple[str, ...]] = {
 }
 
 
+#: QLoRA's base format (Dettmers et al. 2023: 4-bit NormalFloat), and the rank --qlora uses
+#: unless --lora gives one (and fit-model's remedies propose)
+QLORA_QUANTISATION: Literal["nf4"] = "nf4"
+DEFAULT_RANK = 16
+
+
 class Adapter(BaseModel):
     """Low-rank adapters on a frozen base: LoRA, or QLoRA (a 4-bit NF4 base)."""
 

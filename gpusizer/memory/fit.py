@@ -13,7 +13,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from gpusizer.domain.finetune import Adapter
+from gpusizer.choices import ADAM_OPTIMIZERS, EIGHT_BIT_ADAM
+from gpusizer.domain.finetune import DEFAULT_RANK, QLORA_QUANTISATION, Adapter
 from gpusizer.domain.parallelism import LAYOUT_DEGREES, layout_words, sharding_advice, shards_weights, strategy_label
 from gpusizer.domain.precision import (
     ADAPTER_BASE_PRECISION,
@@ -273,28 +274,28 @@ def _chunked_loss(shape: ModelShape, cfg: RunConfig) -> dict[str, Any] | None:
 
 def _eight_bit_adam(shape: ModelShape, cfg: RunConfig) -> dict[str, Any] | None:
     """8-bit Adam (bitsandbytes) where full training keeps Adam's two fp32 moments."""
-    return {"optimizer": "adam8bit"} if cfg.mode == "train" and cfg.adapter is None and cfg.optimizer in (
-        "adam", "adamw") else None
+    return {"optimizer": EIGHT_BIT_ADAM} if cfg.mode == "train" and cfg.adapter is None and cfg.optimizer in \
+        ADAM_OPTIMIZERS else None
 
 
 def _qlora(shape: ModelShape, cfg: RunConfig) -> dict[str, Any] | None:
     """A LoRA run's frozen base in 4-bit NF4 (QLoRA), with the same adapters."""
     if cfg.adapter is None or cfg.adapter.base_quantisation is not None:
         return None
-    return {"adapter": cfg.adapter.model_copy(update={"base_quantisation": "nf4"})}
+    return {"adapter": cfg.adapter.model_copy(update={"base_quantisation": QLORA_QUANTISATION})}
 
 
 def _lora(shape: ModelShape, cfg: RunConfig) -> dict[str, Any] | None:
     """Full training of a transformer replaced by LoRA rank 16 on a frozen 16-bit base (the
     precision LoRA runs default to: ADAPTER_BASE_PRECISION)."""
     full = cfg.mode == "train" and cfg.adapter is None and shape.transformer is not None
-    return {"adapter": Adapter(rank=16), "precision": ADAPTER_BASE_PRECISION} if full else None
+    return {"adapter": Adapter(rank=DEFAULT_RANK), "precision": ADAPTER_BASE_PRECISION} if full else None
 
 
 def _full_to_qlora(shape: ModelShape, cfg: RunConfig) -> dict[str, Any] | None:
     """Full training of a transformer replaced by QLoRA rank 16 (a 4-bit NF4 base)."""
     update = _lora(shape, cfg)
-    return update and {**update, "adapter": Adapter(rank=16, base_quantisation="nf4")}
+    return update and {**update, "adapter": Adapter(rank=DEFAULT_RANK, base_quantisation=QLORA_QUANTISATION)}
 
 
 def _offload_activations(shape: ModelShape, cfg: RunConfig) -> dict[str, Any] | None:
@@ -327,8 +328,8 @@ REMEDIES: tuple[tuple[tuple[str, ...], tuple[_Update, ...]], ...] = (
     (("--checkpointing", "--loss chunked"), (_training(_set(checkpointing=True)), _chunked_loss)),
     ((f"--kv-cache {SMALLER_KV_CACHE}",), (_smaller_kv_cache,)),
     *(((f"--precision {p}",), (_quantised(p),)) for p in SMALLER_SERVING_PRECISIONS),
-    (("--optimizer adam8bit",), (_eight_bit_adam,)),
-    (("--checkpointing", "--optimizer adam8bit"), (_training(_set(checkpointing=True)), _eight_bit_adam)),
+    ((f"--optimizer {EIGHT_BIT_ADAM}",), (_eight_bit_adam,)),
+    (("--checkpointing", f"--optimizer {EIGHT_BIT_ADAM}"), (_training(_set(checkpointing=True)), _eight_bit_adam)),
     (("--qlora",), (_qlora,)),
     (("--checkpointing", "--qlora"), (_training(_set(checkpointing=True)), _qlora)),
     (("--offload activations",), (_offload_activations,)),
@@ -336,7 +337,7 @@ REMEDIES: tuple[tuple[tuple[str, ...], tuple[_Update, ...]], ...] = (
     (("--offload optimizer",), (_training(_set(offload="optimizer")),)),
     (("--checkpointing", "--offload optimizer"), (_training(_set(checkpointing=True)),
                                                   _training(_set(offload="optimizer")))),
-    ((f"--lora 16 --precision {ADAPTER_BASE_PRECISION}", "--checkpointing"),
+    ((f"--lora {DEFAULT_RANK} --precision {ADAPTER_BASE_PRECISION}", "--checkpointing"),
      (_lora, _training(_set(checkpointing=True)))),
     ((f"--qlora --precision {ADAPTER_BASE_PRECISION}", "--checkpointing"),
      (_full_to_qlora, _training(_set(checkpointing=True)))),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from gpusizer.domain.parallelism import LAYOUT_DEGREES, layout_words, strategy_label
+from gpusizer.domain.parallelism import LAYOUT_DEGREES, degree_words, layout_words, strategy_label
 from gpusizer.render.common import Bar, fit_table, fmt, show_bool, show_value
 from gpusizer.units import format_bytes, format_count
 
@@ -117,6 +117,8 @@ def gpu_table(report: FitReport, limit: int | None = None, width: int | None = N
     else:
         table.add_column("max batch/GPU", justify="right")
     label = strategy_label(cfg.strategy, cfg.mode)
+    if degree_words(cfg.strategy, cfg.gpus, cfg.mode, cfg.layout_degrees) is not None:
+        label = "layout"  # this layout's model-parallel group, times the replicas it needs
     table.add_column("min GPUs" if label == "replicas" else f"min GPUs ({label})", justify="right")
     for g in rows:
         label = g.gpu_id or g.gpu_name
