@@ -213,9 +213,10 @@ def fit_rule_of_thumb(shape: ModelShape, cfg: RunConfig, capacities: Sequence[Ca
 
 def verdict(results: Sequence[GpuFit], cfg: RunConfig, breakdown: MemoryBreakdown,
             changes: Sequence[Remedy] = ()) -> str:
-    """The answer in one line; where nothing fits, the first of ``changes`` (:func:`remedies`) that
-    would, else sharding, else what to try."""
-    need = format_bytes(breakdown.total_bytes)
+    """The answer in one line, with the memory the results were judged on (the rule of thumb's
+    own figure under that method); where nothing fits, the first of ``changes``
+    (:func:`remedies`) that would, else sharding, else what to try."""
+    need = format_bytes(results[0].total_bytes if results else breakdown.total_bytes)
     per = f"per GPU on {layout_words(cfg.strategy, cfg.gpus, cfg.mode, **cfg.layout_degrees)}" if cfg.gpus > 1 else ""
     fitting = [r for r in results if r.fits]
     if fitting:
