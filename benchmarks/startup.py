@@ -10,7 +10,9 @@ A floor line measures what the fixed stack costs: the same libraries doing the
 work any ``catalog list`` must do with them, and nothing of gpusizer's: typer
 parses options into pydantic-validated values (typer 0.29 builds a pydantic
 TypeAdapter per option), a frozen pydantic model is defined and built, and rich
-lays out a 14-column table with one row per catalog GPU.
+lays out a 14-column table with one row per catalog GPU. A second, the typer floor, is a
+typer app of three options parsing one and nothing else: the least any command line built
+with typer costs.
 
 ``--breakdown`` splits ``catalog list`` in one process into: the command line
 (gpusizer.cli and the command's options), the engine's imports (gpusizer.api and
@@ -65,6 +67,22 @@ def _time(cmd: list[str], env: dict[str, str], ok: tuple[int, ...] = (0, 4)) -> 
         raise SystemExit(f"{' '.join(cmd)} exited {proc.returncode}")
     return elapsed
 
+
+#: The least any command line built with typer costs: a typer app of three options parsing one
+#: and printing it, nothing else (typer 0.26+ imports its pydantic adapters to parse any option).
+TYPER_FLOOR = """
+import typer
+
+app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+
+
+@app.command()
+def main(a: int = 1, b: str = "x", c: bool = False) -> None:
+    print(a, b, c)
+
+
+app(["--a", "2"])
+"""
 
 FLOOR = """
 import io, sys
@@ -168,7 +186,8 @@ def main() -> None:
 
     rows = len(yaml.safe_load((Path(__file__).resolve().parent.parent / "data" / "gpus.yaml").read_text())["gpus"])
     floor = [sys.executable, "-c", f"ROWS = {rows}\n" + FLOOR]
-    runs = {"baseline": baseline, "floor": floor, **{name: [*gpusizer, *cmd] for name, (cmd, _) in chosen.items()}}
+    runs = {"baseline": baseline, "floor": floor, "typer floor": [sys.executable, "-c", TYPER_FLOOR],
+            **{name: [*gpusizer, *cmd] for name, (cmd, _) in chosen.items()}}
     envs = dict.fromkeys(runs, env)
     if args.before:
         older = {**env, "PYTHONPATH": str(Path(args.before).resolve())}
@@ -197,6 +216,9 @@ def main() -> None:
     low = statistics.median(times["floor"])
     print(f"\nfloor (the libraries doing a listing's work, no gpusizer code): {low * 1000:.0f} ms, "
           f"{low / base:.2f}x the baseline")
+    bare = statistics.median(times["typer floor"])
+    print(f"typer floor (a three-option typer app parsing one, nothing else): {bare * 1000:.0f} ms, "
+          f"{bare / base:.2f}x the baseline")
     if args.breakdown:
         _breakdown(env, args.runs)
     shutil.rmtree(cache, ignore_errors=True)
