@@ -439,3 +439,12 @@ def test_a_batch_remedy_keeps_the_samples_per_step(cli_json):
 
 def test_nothing_is_suggested_when_the_run_fits(cli_json):
     assert cli_json("fit-model", "--model", "resnet50", "--gpu", "a100")["results"]["remedies"] == []
+
+
+def test_sliding_window_layers_cache_only_their_window(cli_json):
+    """gpt-oss-20b (config.json: 24 layers, layer_types alternating sliding and full attention,
+    sliding_window 128, 8 KV heads of 64): at 131,072 tokens, 12 layers cache every token and 12
+    only the last 128, in 16 bits: (12 x 131,072 + 12 x 128) x 2 x 8 x 64 x 2 bytes, as transformers'
+    sliding-window cache layers hold it."""
+    doc = cli_json("fit-model", "--model", "gpt-oss-20b", "--inference", "--seq-len", "131072", "--gpu", "h100")
+    assert doc["results"]["breakdown"]["kv_cache_bytes"] == (12 * 131072 + 12 * 128) * 2 * 8 * 64 * 2

@@ -787,9 +787,13 @@ def optimizer_bytes(shape: ModelShape, cfg: RunConfig) -> int:
 def kv_cache_bytes(m: TransformerShape, batch: int, seq_len: int, p: float, tp: int = 1) -> int:
     """layers x batch x seq x the cached elements per token and layer x bytes: K and V of
     each KV head on this GPU (2 x kv_heads x head_dim), or latent attention's latent and
-    rotary key (TransformerShape.kv_cache_elements)."""
+    rotary key (TransformerShape.kv_cache_elements). A sliding-window layer caches at most its
+    window of the sequence (transformers' sliding-window cache layers keep only the window;
+    serving engines' paged caches are sized in memory.serving)."""
     layers = m.decoder_layers or m.layers
-    return int(layers * batch * seq_len * m.kv_cache_elements(tp) * p)
+    sliding = min(m.sliding_layers, layers)
+    tokens = (layers - sliding) * seq_len + sliding * min(seq_len, m.sliding_window or seq_len)
+    return int(tokens * batch * m.kv_cache_elements(tp) * p)
 
 
 #: MLP intermediates (ffn wide) live at once in an inference pass, with no autograd to
