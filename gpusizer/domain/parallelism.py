@@ -168,9 +168,10 @@ def _layout(cls: type[Parallelism], strategy: str, gpus: int, *, tp: int | None,
     if tp is None:
         tp = (min(rest, node_gpus) if node_gpus else rest) if strategy == "tp" else 1
     if rest % tp:
-        raise UsageError(f"{tp}-way tensor parallelism does not divide the {rest} GPU(s) left by the pipeline stages and "
-                         f"context-parallel ranks ({gpus} GPUs / {pp * cp})",
-                         hint=f"use a GPU count that {tp * pp * cp} (tensor x pipeline x context degrees) divides", field="tp")
+        others = [f"{n} {what}" for n, what in ((pp, "pipeline stages"), (cp, "context-parallel ranks")) if n > 1]
+        left = f"the {rest} GPUs left by {' and '.join(others)}" if others else f"{gpus} GPU{'s' if gpus > 1 else ''}"
+        raise UsageError(f"{left} do not split into {tp}-way tensor parallelism",
+                         hint=f"use a GPU count that is a multiple of {tp * pp * cp}", field="tp")
     dp = rest // tp
     if (dp * cp) % ep:
         raise UsageError(f"expert parallelism over {ep} GPUs needs the data-parallel x context-parallel ranks "

@@ -907,9 +907,10 @@ def _check_model_parallel(shape: ModelShape, cfg: RunConfig, par: Parallelism) -
     m = shape.transformer
     name, value = given[0]
     if m is None:
-        raise UsageError(f"{name} = {value}: pipeline, context and expert parallelism are modelled for transformers "
-                         "given by their layer shapes", hint="describe the model by name or by its Hugging Face config",
-                         field=name)
+        what = f"{value} " + {"pp": "pipeline stages", "cp": "context-parallel ranks", "ep": "expert-parallel ranks"}[name]
+        raise UsageError(f"{what} need a transformer's layer shapes, which a parameter count does not give"
+                         if shape.arch is None else f"{what} are modelled for transformers only",
+                         hint="describe the model by name or by its Hugging Face config", field=name)
     if m.decoder_layers and (par.pp > 1 or par.cp > 1):
         raise UsageError(f"pipeline and context parallelism of an encoder-decoder model ({shape.name}) are not "
                          "modelled", hint="use tp, or ZeRO/FSDP", field="pp" if par.pp > 1 else "cp")
