@@ -508,8 +508,12 @@ def _model_parallel(comm: _Comm, work: Work, st: StepTime, at: _Layout, links: I
         exposed_s += t
         volume += sends * size
         idle = f"{bubble_fraction(par.pp, micro_batches):.0%}"
+        more = 4 * par.pp  # Narayanan et al. 2021 run m >> pp to keep the bubble small
+        fill = (f"; {more} micro-batches a step (more gradient accumulation, a smaller micro-batch) would cut it to "
+                f"{bubble_fraction(par.pp, more):.0%}") if micro_batches < more else ""
         schedule = (f"1F1B over {micro_batches} micro-batch(es) a step (the gradient accumulation): the bubble idles "
-                    f"each GPU (pp - 1) / (m + pp - 1) = {idle} of the step (Narayanan et al. 2021)" if cfg.training else
+                    f"each GPU (pp - 1) / (m + pp - 1) = {idle} of the step (Narayanan et al. 2021){fill}"
+                    if cfg.training else
                     f"one batch passes through the stages in turn, each GPU idle {idle} of the time (batches that "
                     "could fill the pipeline are not modelled)")
         notes.append(f"pipeline: {par.pp} stages, {schedule}; each micro-batch sends {format_bytes(int(size), binary=False)} a GPU "
