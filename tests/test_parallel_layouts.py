@@ -378,3 +378,10 @@ def test_stages_send_the_residual_stream_at_the_width_the_memory_model_keeps():
         note = next(n for n in est.notes if n.startswith("pipeline"))
         size = 4 * 4096 * 4096 * width
         assert f"sends {size / 1e6:,.2f} MB a GPU ({8 * width}-bit)" in note, note
+
+
+def test_too_many_micro_batches_name_the_option_people_type(cli):
+    """RunConfig.micro_batches comes from --grad-accumulation: its bound is reported under that
+    option, not under a --micro-batches that does not exist."""
+    result = cli("fit-model", "--model", "resnet50", "--gpu", "t4", "--grad-accumulation", "70000")
+    assert result.exit_code == 2 and "--grad-accumulation" in result.stderr and "--micro-batches" not in result.stderr

@@ -177,6 +177,7 @@ FIELD_OPTIONS: dict[str, str] = {
     "adapter": "--lora-targets",
     "weight_format": "--weights",
     "persistent_grads": "--grad-accumulation",
+    "micro_batches": "--grad-accumulation",
 }
 
 

@@ -416,7 +416,11 @@ def _rebatched(shape: ModelShape, cfg: RunConfig,
         return cfg.model_copy(update={"batch": largest}), (f"--batch {largest}",)
     batch = max(d for d in range(1, largest + 1) if cfg.batch % d == 0)
     steps = cfg.micro_batches * (cfg.batch // batch)
-    changed = cfg.model_copy(update={"batch": batch, "micro_batches": steps, "persistent_grads": True})
+    try:  # validated: the micro-batches a step are bounded as the option is
+        changed = RunConfig.model_validate({**dict(cfg), "batch": batch, "micro_batches": steps,
+                                            "persistent_grads": True})
+    except ValueError:
+        return None
     return changed, (f"--batch {batch}", f"--grad-accumulation {steps}")
 
 
