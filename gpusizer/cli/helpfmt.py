@@ -64,10 +64,11 @@ def stacked_panels() -> Iterator[None]:
 def option_words(param: Any, ctx: Any) -> str:
     """How an option or argument is written: ``--batch N``, ``--cuda-graphs / --no-cuda-graphs``,
     ``-v, --explain``, ``GPU...`` (an argument shows its value alone)."""
-    value = param.display_type_rich(ctx=ctx) or "" if hasattr(param, "display_type_rich") else ""
+    shown = getattr(param, "display_type_rich", None)
+    value = (shown(ctx=ctx) or "") if shown is not None else ""
     if param.param_type_name == "argument":
-        shown = getattr(param, "_rich_display_name", None)
-        name = shown() if shown else param.human_readable_name
+        display = getattr(param, "_rich_display_name", None)
+        name = display() if display else param.human_readable_name
         return f"{name} {value}" if value else name
     names = ", ".join(sorted(param.opts, key=lambda o: (o.startswith("--"), o)))
     if param.secondary_opts:

@@ -319,29 +319,31 @@ def _smaller_kv_cache(shape: ModelShape, cfg: RunConfig) -> dict[str, Any] | Non
         else None
 
 
+_CHECKPOINTING = _training(_set(checkpointing=True))
+
 #: Changes tried when a run fits on no GPU checked, in order: how the step runs before what is
 #: stored, and what is stored before what is trained. Each is (its options, the RunConfig
 #: update it makes, or None where it does not apply to the run). A combination is listed only
 #: where neither of its parts fits alone.
 REMEDIES: tuple[tuple[tuple[str, ...], tuple[_Update, ...]], ...] = (
-    (("--checkpointing",), (_training(_set(checkpointing=True)),)),
+    (("--checkpointing",), (_CHECKPOINTING,)),
     (("--loss chunked",), (_chunked_loss,)),
-    (("--checkpointing", "--loss chunked"), (_training(_set(checkpointing=True)), _chunked_loss)),
+    (("--checkpointing", "--loss chunked"), (_CHECKPOINTING, _chunked_loss)),
     ((f"--kv-cache {SMALLER_KV_CACHE}",), (_smaller_kv_cache,)),
     *(((f"--precision {p}",), (_quantised(p),)) for p in SMALLER_SERVING_PRECISIONS),
     ((f"--optimizer {EIGHT_BIT_ADAM}",), (_eight_bit_adam,)),
-    (("--checkpointing", f"--optimizer {EIGHT_BIT_ADAM}"), (_training(_set(checkpointing=True)), _eight_bit_adam)),
+    (("--checkpointing", f"--optimizer {EIGHT_BIT_ADAM}"), (_CHECKPOINTING, _eight_bit_adam)),
     (("--qlora",), (_qlora,)),
-    (("--checkpointing", "--qlora"), (_training(_set(checkpointing=True)), _qlora)),
+    (("--checkpointing", "--qlora"), (_CHECKPOINTING, _qlora)),
     (("--offload activations",), (_offload_activations,)),
-    (("--checkpointing", "--offload activations"), (_training(_set(checkpointing=True)), _offload_activations)),
+    (("--checkpointing", "--offload activations"), (_CHECKPOINTING, _offload_activations)),
     (("--offload optimizer",), (_training(_set(offload="optimizer")),)),
-    (("--checkpointing", "--offload optimizer"), (_training(_set(checkpointing=True)),
+    (("--checkpointing", "--offload optimizer"), (_CHECKPOINTING,
                                                   _training(_set(offload="optimizer")))),
     ((f"--lora {DEFAULT_RANK} --precision {ADAPTER_BASE_PRECISION}", "--checkpointing"),
-     (_lora, _training(_set(checkpointing=True)))),
+     (_lora, _CHECKPOINTING)),
     ((f"--qlora --precision {ADAPTER_BASE_PRECISION}", "--checkpointing"),
-     (_full_to_qlora, _training(_set(checkpointing=True)))),
+     (_full_to_qlora, _CHECKPOINTING)),
 )
 #: at most this many changes are offered
 MAX_REMEDIES = 3

@@ -492,8 +492,7 @@ def _model_parallel(comm: _Comm, work: Work, st: StepTime, at: _Layout, links: I
     seq = cfg.seq_len or default_seq_len(shape)
     # a decode step moves one new token a sequence; otherwise every token of this rank's share
     tokens = float(cfg.batch) if work.workload == "llm-decode" else cfg.batch * seq / par.cp
-    # forward passes a step: a checkpointed step runs the forward again in backward
-    forwards = 2 if cfg.training and cfg.checkpointing else 1
+    forwards = work.forward_passes  # a checkpointed step runs the forward again in backward
     passes = forwards + (2 if cfg.training else 0)  # and backward's two
     total_s = exposed_s = volume = 0.0
     if par.pp > 1:
@@ -508,7 +507,7 @@ def _model_parallel(comm: _Comm, work: Work, st: StepTime, at: _Layout, links: I
         exposed_s += t
         volume += sends * size
         idle = f"{bubble_fraction(par.pp, micro_batches):.0%}"
-        more = 4 * par.pp  # Narayanan et al. 2021 run m >> pp to keep the bubble small
+        more = 4 * par.pp  # an example count to show, not a model constant (Narayanan et al. 2021 run m >> pp)
         fill = (f"; {more} micro-batches a step (more gradient accumulation, a smaller micro-batch) would cut it to "
                 f"{bubble_fraction(par.pp, more):.0%}") if micro_batches < more else ""
         schedule = (f"1F1B over {micro_batches} micro-batch(es) a step (the gradient accumulation): the bubble idles "

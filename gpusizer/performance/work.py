@@ -80,6 +80,8 @@ class Work(BaseModel):
     layers: int
     #: data-parallel gradient bytes to all-reduce per step (per GPU)
     gradient_bytes: float
+    #: forward passes a step (_Step.forward_passes): each makes the forward's collectives
+    forward_passes: int = 1
     #: tensor-parallel: number of all-reduces per step and bytes each
     tp_allreduces: int
     tp_allreduce_bytes: float
@@ -193,6 +195,13 @@ class _Step(BaseModel):
     def train(self) -> bool:
         return self.cfg.training
 
+    @property
+    def forward_passes(self) -> int:
+        """Forward passes a step: one, and in a checkpointed training step a second during
+        backward (``passes`` counts backward as two forwards' FLOPs). Each repeats the forward's
+        collectives: tensor-parallel all-reduces, the context-parallel ring, the expert all-to-all."""
+        return int(self.passes) - 2 if self.train else int(self.passes)
+
 
 def _measured_gflops(value: float | None, shape: ModelShape) -> float:
     if value is None:
@@ -263,11 +272,9 @@ def _transformer_flow(m: TransformerShape, shape: ModelShape, st: _Step) -> _Flo
     if storage_spec(st.storage).autocast:
         weights_read /= 2  # matmuls read the 16-bit copies
     layers = m.layers + m.decoder_layers
-    # Megatron's two all-reduces a layer in each forward pass (a checkpointed step runs the forward
-    # again in backward) and two in backward
-    forwards = 2 if st.train and cfg.checkpointing else 1
-    allreduces, ar_bytes = (2 * (forwards + st.train) * layers, float(tokens_per_step * m.hidden * 2)) if tp > 1 \
-        else (0, 0.0)
+    # Megatron's two all-reduces a layer in each forward pass and two in backward
+    allreduces, ar_bytes = (2 * (st.forward_passes + st.train) * layers, float(tokens_per_step * m.hidden * 2)) \
+        if tp > 1 else (0, 0.0)
     if m.kind == "decoder" and (st.train or st.phase == "prefill"):
         return _Flow(flops=flops, weights_read=weights_read, unit="tokens/s", samples=float(cfg.batch * seq),
                      layers=layers, attention_flops=attn, tp_allreduces=allreduces, tp_allreduce_bytes=ar_bytes)
@@ -385,7 +392,8 @@ def model_work(
         fused_attention=bool(flow.attention_flops) and cfg.flash_attention and wl != "llm-decode",
         activation_bytes=(sum(o.count * o.bytes for o in ops) if ops else _activation_traffic(shape, st, mem_cfg, flow)),
         optimizer_bytes=opt, ops=ops,
-        layers=int(flow.layers), gradient_bytes=grads, tp_allreduces=flow.tp_allreduces,
+        layers=int(flow.layers), gradient_bytes=grads, forward_passes=st.forward_passes,
+        tp_allreduces=flow.tp_allreduces,
         tp_allreduce_bytes=flow.tp_allreduce_bytes, grad_accumulation=grad_accumulation if cfg.training else 1,
         notes=tuple(notes), gemv=wl == "llm-decode" and cfg.batch <= GEMV_MAX_BATCH, offload_bytes=offload,
     )
