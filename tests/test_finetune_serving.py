@@ -185,6 +185,52 @@ def test_nothing_serves_exits_4(cli_json):
     assert doc["results"]["serves_on"] == []
 
 
+def test_serve_checks_nvidia_gpus_unless_another_vendor_is_asked_for(cli_json):
+    """As recommend: CUDA is what most serving code assumes, so AMD and Intel parts are checked
+    only with --vendor, and then with the software-stack caveat (and no speed caveat: serve
+    sizes memory). GPUs named with --gpu are checked whoever makes them."""
+    cat = gpusizer.load_catalog()
+    vendor = {g.id: g.vendor for g in cat.gpus}
+    args = ("serve", "--model", "llama-3-8b", "--context", "4096")
+    default = cli_json(*args)
+    assert default["input"]["vendor"] == "nvidia"
+    assert {vendor[r["gpu_id"]] for r in default["results"]["rows"]} == {"nvidia"}
+    assert len(default["results"]["rows"]) == sum(v == "nvidia" for v in vendor.values())
+    assert not any("ROCm" in n for n in default["notes"])
+    every = cli_json(*args, "--vendor", "any")
+    assert len(every["results"]["rows"]) == len(cat.gpus)
+    caveat = [n for n in every["notes"] if n.startswith("AMD GPUs listed")]
+    assert len(caveat) == 1 and "ROCm" in caveat[0] and "calibrated" not in caveat[0]
+    amd = cli_json(*args, "--vendor", "AMD")
+    assert {vendor[r["gpu_id"]] for r in amd["results"]["rows"]} == {"amd"}
+    named = cli_json("serve", "--model", "llama-3-8b", "--gpu", "mi300x", "--gpu", "h100-sxm5-80gb")
+    assert [r["gpu_id"] for r in named["results"]["rows"]] == ["mi300x", "h100-sxm5-80gb"]
+    assert named["input"]["vendor"] is None and any("ROCm" in n for n in named["notes"])
+
+
+def test_serve_rejects_an_unknown_vendor(cli):
+    result = cli("serve", "--model", "llama-3-8b", "--vendor", "acme")
+    assert result.exit_code == ExitCode.USAGE
+    assert "--vendor" in result.stderr and "nvidia, amd, intel, any" in result.stderr
+
+
+def test_serve_shows_the_first_gpu_types_and_counts_the_rest(cli, cli_json):
+    """The answer first: --top rows, those that serve ahead of those that do not, and one
+    line that counts what was left out (the JSON has every row)."""
+    args = ("serve", "--model", "llama-3-70b", "--users", "32", "--context", "4096")
+    rows = cli_json(*args)["results"]["rows"]
+    serving = [r for r in rows if r["gpus"] is not None]
+    assert 3 < len(serving) < len(rows)
+    text = cli(*args, "--top", "3", env={"COLUMNS": "80"}).stdout
+    listed = [line.split("│")[1].strip() for line in text.splitlines() if line.startswith("│")]
+    first = sorted(serving, key=lambda r: (r["gpus"], -r["max_concurrency"]))[:3]
+    assert listed == [r["gpu_id"] for r in first]
+    assert (f"Not shown: {len(serving) - 3} more GPU types that serve and {len(rows) - len(serving)} that "
+            "cannot hold it") in " ".join(text.split())
+    named = cli("serve", "--model", "llama-3-70b", "--users", "32", "--gpu", "h100", "--gpu", "rtx-4090").stdout
+    assert "Not shown" not in named and "rtx-4090" in named
+
+
 def test_fewest_gpus_is_monotone_in_users():
     shape = gpusizer.resolve_model("llama-3-70b")
     h100 = gpusizer.load_catalog().resolve("h100-sxm5-80gb").gpu

@@ -62,12 +62,8 @@ def list_gpus(
     import difflib
 
     from gpusizer.hardware.browse import CatalogFilter, filter_gpus
-    from gpusizer.hardware.catalog import (
-        ARCH_ORDER,
-        OTHER_ARCHITECTURES,
-        SEGMENTS,
-        VENDORS,
-    )
+    from gpusizer.hardware.catalog import ARCH_ORDER, OTHER_ARCHITECTURES, SEGMENTS
+    from gpusizer.hardware.vendors import VENDORS
 
     archs = (*ARCH_ORDER, *OTHER_ARCHITECTURES)
     if segment is not None and segment.lower() not in SEGMENTS:

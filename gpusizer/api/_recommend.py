@@ -13,6 +13,7 @@ from gpusizer.domain.shape import ModelShape
 from gpusizer.errors import DataFileError, NothingFitsError, UsageError
 from gpusizer.hardware.catalog import Catalog
 from gpusizer.hardware.systems import System
+from gpusizer.hardware.vendors import DEFAULT_VENDOR
 from gpusizer.ranking.configs import Plan, PlanRequest
 from gpusizer.ranking.rules import RuleSet, Workload
 from gpusizer.ranking.search import Candidate, Recommendation, RecommendRequest
@@ -40,7 +41,7 @@ def recommend(
     interconnect: str | None = None, budget: float | None = None, max_power: float | None = None,
     require: Sequence[str] = (), segments: Sequence[str] = (), top: int = 10, sort: str = "speed",
     rules: Sequence[str | Path] = (), probe: ProbeReport | None = None, catalog: Catalog | None = None,
-    cache_dir: Path | None = None, vendor: str = "nvidia", deadline: str | None = None,
+    cache_dir: Path | None = None, vendor: str = DEFAULT_VENDOR, deadline: str | None = None,
     max_cost: float | None = None, budget_per_hour: float | None = None, tokens: str | int | None = None,
     epochs: float | None = None, dataset_size: str | int | None = None, system: str | None = None,
     why_not: Sequence[str] = (), **settings: Any,

@@ -13,6 +13,7 @@ from gpusizer.domain.parallelism import tensor_parallel
 from gpusizer.domain.shape import ModelShape
 from gpusizer.errors import UsageError
 from gpusizer.hardware.catalog import Catalog
+from gpusizer.hardware.vendors import DEFAULT_VENDOR, check_vendor, vendor_notes, vendor_wanted
 from gpusizer.memory.serving import (
     BLOCK_TOKENS,
     DEFAULT_UTILIZATION,
@@ -61,7 +62,8 @@ def serve(
     model: str | ModelShape | None = None, *, context: int, users: int | None = None,
     gpu: str | Sequence[str] | None = None, tp: int | None = None, params: str | int | None = None,
     hf_config: str | Path | None = None, gpu_memory_utilization: float = DEFAULT_UTILIZATION,
-    max_tp: int = MAX_TP, catalog: Catalog | None = None, cache_dir: Path | None = None, **settings: Any,
+    max_tp: int = MAX_TP, vendor: str = DEFAULT_VENDOR, catalog: Catalog | None = None,
+    cache_dir: Path | None = None, **settings: Any,
 ) -> ServeResult:
     """How many sequences of ``context`` tokens a deployment holds at once, and the
     fewest GPUs (a tensor-parallel group) that serve ``users`` of them.
@@ -70,6 +72,8 @@ def serve(
     weights, a prefill chunk's activations and the engine's reserves are placed (vLLM's
     accounting, 16-token blocks). ``tp`` fixes the group size instead of searching up
     to ``max_tp`` GPUs (one node: tensor parallelism needs NVLink-class links).
+    Without ``gpu``, the catalog's GPUs of ``vendor`` are checked (nvidia, amd, intel or
+    any; NVIDIA only by default, as ``recommend``); GPUs named in ``gpu`` are always checked.
     ``settings`` are RunConfig fields (``precision``, ``kv_cache``, ...).
 
     >>> r = serve("llama-3-70b", gpu="H100 SXM", context=4096, users=32)
@@ -79,10 +83,12 @@ def serve(
     """
     shape = resolve_model(model, params=params, hf_config=hf_config, cache_dir=cache_dir)
     cfg = _run(None, {**settings, "mode": "inference"})
+    vendor = check_vendor(vendor)
     cat = catalog or load_catalog(cache_dir=cache_dir)
     names = [gpu] if isinstance(gpu, str) else list(gpu or ())
-    resolved = cat.resolve_many(names) if names else [cat.resolve(g.id) for g in cat.gpus]
-    notes = [r.note for r in resolved if r.note]
+    resolved = (cat.resolve_many(names) if names
+                else [cat.resolve(g.id) for g in cat.gpus if vendor_wanted(vendor, g)])
+    notes = [*(r.note for r in resolved if r.note), *vendor_notes([r.gpu for r in resolved], speeds=False)]
     rows = []
     for res in resolved:
         g = res.gpu
@@ -104,7 +110,7 @@ def serve(
                              max_concurrency=best.max_concurrency if best else 0, capacity=plan.capacity,
                              tried=plan.tried))
     inputs = {"model": shape.name, "params": shape.params, "context_tokens": context, "users": users, "tp": tp,
-              "max_tp": max_tp,
+              "max_tp": max_tp, "vendor": None if names else vendor,
               "gpu_memory_utilization": gpu_memory_utilization, "block_tokens": BLOCK_TOKENS,
               **cfg.model_dump(mode="json", include={"precision", "kv_cache", "flash_attention", "weight_format"}),
               "gpus_checked": [r.gpu.id for r in resolved]}

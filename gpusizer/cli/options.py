@@ -342,3 +342,7 @@ def _local_report(cli_files: list[Path] | None) -> Any:
     from gpusizer.hardware.probe import match_catalog
 
     return match_catalog(read_host(), _load_catalog(cli_files))
+
+VendorOpt = Annotated[str, typer.Option(
+    "--vendor", metavar="VENDOR", rich_help_panel=CONSTRAINTS, help="Whose GPUs to consider: nvidia (the default), amd, intel or any. AMD and Intel parts need ROCm or the "
+                     "Gaudi software instead of CUDA, so they are considered only when asked for.")]

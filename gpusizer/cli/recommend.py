@@ -34,6 +34,7 @@ from gpusizer.cli.options import (
     OptimizerOptT,
     ParamsOpt,
     SeqOpt,
+    VendorOpt,
     complete_gpu,
     examples,
 )
@@ -47,6 +48,7 @@ from gpusizer.cli.run_options import (
 )
 from gpusizer.domain.precision import RULE_PRECISIONS, PrecisionName
 from gpusizer.errors import ExitCode
+from gpusizer.hardware.vendors import DEFAULT_VENDOR
 
 #: What each bundled workload means (the rules file says what matters for it).
 WORKLOAD_HELP = (
@@ -85,9 +87,6 @@ RequireOpt = Annotated[list[str] | None, typer.Option(
     "--require", metavar="FEATURES", rich_help_panel=CONSTRAINTS, help="Hard requirements, comma-separated or repeated: ecc, rdma, nvlink, fp64 (full-rate FP64).")]
 SegmentOpt = Annotated[list[str] | None, typer.Option(
     "--segment", metavar="SEGMENTS", rich_help_panel=CONSTRAINTS, help="Only these segments: datacenter, workstation, consumer (comma-separated or repeated).")]
-VendorOpt = Annotated[str, typer.Option(
-    "--vendor", metavar="VENDOR", rich_help_panel=CONSTRAINTS, help="Whose GPUs to consider: nvidia, amd, intel or any. AMD and Intel parts need ROCm or the "
-                     "Gaudi software instead of CUDA, so they are considered only when asked for.")]
 RankTopOpt = Annotated[int, typer.Option("--top", min=1, metavar="N", rich_help_panel=OUTPUT, help="Show the best N GPUs.")]
 SortOptT = Annotated[Sort, typer.Option(
     metavar="ORDER", rich_help_panel=OUTPUT, help="speed (the default: the performance model; near-ties within 3% go to the score), score (the rules "
@@ -157,7 +156,7 @@ def recommend_cmd(
     max_power: MaxPowerOpt = None,
     require: RequireOpt = None,
     segment: SegmentOpt = None,
-    vendor: VendorOpt = "nvidia",
+    vendor: VendorOpt = DEFAULT_VENDOR,
     top: RankTopOpt = 10,
     sort: SortOptT = "speed",
     rules: RulesOpt = None,

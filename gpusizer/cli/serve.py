@@ -9,6 +9,7 @@ import typer
 from gpusizer.cli.options import (
     CONSTRAINTS,
     HARDWARE,
+    OUTPUT,
     RUN,
     AttentionOpt,
     CatalogOpt,
@@ -16,6 +17,7 @@ from gpusizer.cli.options import (
     JsonOpt,
     ModelOpt,
     ParamsOpt,
+    VendorOpt,
     _cache_dir,
     _console,
     _load_catalog,
@@ -27,6 +29,7 @@ from gpusizer.cli.root import command_app, guarded
 from gpusizer.cli.run_options import KvCacheOpt, WeightsOpt, precision_help
 from gpusizer.domain.precision import ALL_PRECISIONS, PrecisionName, storage_precision
 from gpusizer.errors import ExitCode
+from gpusizer.hardware.vendors import DEFAULT_VENDOR
 
 serve_app = command_app()
 
@@ -42,6 +45,9 @@ ServeGpuOpt = Annotated[list[str] | None, typer.Option(
     "--gpu", metavar="GPU", rich_help_panel=HARDWARE, autocompletion=complete_gpu, help="GPUs to check (repeatable). Default: the whole catalog.")]
 ServePrecisionOpt = Annotated[PrecisionName | None, typer.Option("--precision", metavar="PRECISION", rich_help_panel=RUN, help=precision_help(
     ALL_PRECISIONS, "Weight format served: "))]
+ServeTopOpt = Annotated[int, typer.Option(
+    "--top", min=1, max=10_000, metavar="N", rich_help_panel=OUTPUT,
+    help="Show the first N GPU types: those that serve, fewest GPUs first; --json lists all.")]
 UtilizationOpt = Annotated[float, typer.Option(
     "--gpu-memory-utilization", min=0.05, max=1.0, metavar="SHARE", rich_help_panel=HARDWARE,
     help="Share of each GPU's memory the engine may use (vLLM's default 0.9).")]
@@ -66,7 +72,9 @@ def serve_cmd(
     weights: WeightsOpt = None,
     gpu_memory_utilization: UtilizationOpt = 0.9,
     attention: AttentionOpt = "fused",
+    vendor: VendorOpt = DEFAULT_VENDOR,
     catalog: CatalogOpt = None,
+    top: ServeTopOpt = 10,
     json_out: JsonOpt = False,
 ) -> None:
     """Serving capacity: concurrent sequences per GPU type, and the fewest GPUs for --users."""
@@ -74,7 +82,8 @@ def serve_cmd(
 
     result = api.serve(
         model, params=params, hf_config=hf_config, context=context, users=users, gpu=gpu, tp=tp,
-        gpu_memory_utilization=gpu_memory_utilization, catalog=_load_catalog(catalog), cache_dir=_cache_dir(),
+        gpu_memory_utilization=gpu_memory_utilization, vendor=vendor, catalog=_load_catalog(catalog),
+        cache_dir=_cache_dir(),
         precision=storage_precision(precision, "inference") if precision else None, kv_cache=kv_cache,
         attention=attention, weight_format=weights,
     )
@@ -83,11 +92,14 @@ def serve_cmd(
 
         emit_json(result.document())
     else:
-        from gpusizer.render.serve import serve_table, serve_verdict
+        from gpusizer.render.serve import left_out_line, serve_table, serve_verdict
 
         _warn(ctx, result.notes)
         console = _console(ctx)
-        console.print(serve_table(result.results, width=console.width))
+        console.print(serve_table(result.results, width=console.width, top=top))
+        left_out = left_out_line(result.results, top)
+        if left_out:
+            console.print(left_out, markup=False)
         console.print(serve_verdict(result.results), markup=False)
     if not result.fits:
         raise typer.Exit(int(ExitCode.NOTHING_FITS))

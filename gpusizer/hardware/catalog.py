@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_serial
 
 from gpusizer import datafiles
 from gpusizer.errors import DataFileError, UsageError
+from gpusizer.hardware.vendors import Vendor
 from gpusizer.units import GIB
 
 Segment = Literal["datacenter", "workstation", "consumer"]
@@ -36,9 +37,6 @@ ARCH_ORDER: tuple[str, ...] = ("maxwell", "pascal", "volta", "turing", "ampere",
 #: is NVIDIA's order only: no AMD or Intel architecture is "Volta or later" (``Gpu.arch_at_least``).
 OTHER_ARCHITECTURES: tuple[str, ...] = tuple(a for a in get_args(Architecture) if a not in ARCH_ORDER)
 
-#: Who makes the GPU. The architecture order and the Tensor Core facts below are NVIDIA's.
-Vendor = Literal["nvidia", "amd", "intel"]
-VENDORS: tuple[str, ...] = get_args(Vendor)
 #: ECC memory: ``none``; ``optional``, a driver setting (``nvidia-smi -e``) on GDDR boards, off by
 #: default on GeForce and workstation cards, on by default on data-center ones, and with it on about
 #: 1/16 of the memory holds check bits; ``always``: HBM parts, whose ECC costs no capacity.

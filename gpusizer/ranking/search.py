@@ -41,7 +41,8 @@ from gpusizer.domain.precision import (
 from gpusizer.domain.run import RunConfig, make_run_config
 from gpusizer.domain.shape import ModelShape
 from gpusizer.errors import UsageError
-from gpusizer.hardware.catalog import SEGMENTS, TENSOR_FIELDS, VENDORS, Gpu, Price
+from gpusizer.hardware.catalog import SEGMENTS, TENSOR_FIELDS, Gpu, Price
+from gpusizer.hardware.vendors import DEFAULT_VENDOR, VENDOR_NAMES, check_vendor, vendor_notes, vendor_wanted
 from gpusizer.memory.estimate import MAX_BATCH, fewest_gpus, largest_batch
 from gpusizer.memory.estimate import fits as fits_memory
 from gpusizer.memory.fit import Capacity, CapacitySource, GpuFit, fit_model
@@ -148,7 +149,7 @@ class RecommendRequest(BaseModel):
     require: tuple[str, ...] = ()
     segments: tuple[str, ...] = ()
     #: whose GPUs to consider: nvidia (the default), amd, intel, or any
-    vendor: str = "nvidia"
+    vendor: str = DEFAULT_VENDOR
     top: int | None = DEFAULT_TOP
     sort: str = "speed"
     #: GPUs to explain, once each as (catalog id, the name as given): why they are not first, or excluded
@@ -543,8 +544,7 @@ def _check_request(req: RecommendRequest, rules: RuleSet) -> tuple[Workload, str
         raise UsageError("the batch size must be at least 1", field="batch")
     if req.sort not in SORTS:
         raise UsageError(f"{req.sort!r} is not one of the sort orders {', '.join(SORTS)}", field="sort")
-    if req.vendor not in (*VENDORS, "any"):
-        raise UsageError(f"{req.vendor!r} is not one of {', '.join((*VENDORS, 'any'))}", field="vendor")
+    check_vendor(req.vendor)
     for seg in req.segments:
         if seg not in SEGMENTS:
             raise UsageError(f"{seg!r} is not one of the segments {', '.join(SEGMENTS)}", field="segments")
@@ -650,9 +650,9 @@ def recommend(
     """
     run = _prepare(rules, req)
     wl = run.wl
-    candidates = [c for c in candidates if _vendor_wanted(req, c.gpu)]
+    candidates = [c for c in candidates if vendor_wanted(req.vendor, c.gpu)]
     best = _best_values(run, [g for g in (pool if pool is not None else [c.gpu for c in candidates])
-                              if _vendor_wanted(req, g)])
+                              if vendor_wanted(req.vendor, g)])
     fits_by_label, memory_needed, fit_notes = _fit_candidates(run, candidates)
     results = [_assess(run, cand, best, fits_by_label.get(cand.label)) for cand in candidates]
     by_label = {c.label: c for c in candidates}
@@ -677,32 +677,10 @@ def recommend(
         beyond_top=tuple(beyond), qualified=len(qualified), price_basis=_price_basis(qualified, req.sort),
         excluded=excluded,
         sharded_options=_sharded_options(results, req, run.mem_cfg) if req.shape is not None else (),
-        notes=(*_notes(run, fit_notes), *_vendor_notes([by_label[r.label].gpu for r in ranked])),
+        notes=(*_notes(run, fit_notes), *vendor_notes([by_label[r.label].gpu for r in ranked])),
         why_not=tuple(_why_not(gpu_id, asked, [*ranked, *beyond], excluded, pool or [c.gpu for c in candidates], req)
                       for gpu_id, asked in req.why_not),
     )
-
-
-def _vendor_wanted(req: RecommendRequest, gpu: Gpu) -> bool:
-    """Only NVIDIA GPUs unless the request names another vendor or ``any``: the rules and the
-    performance model's calibration are NVIDIA's, and most ML code assumes CUDA."""
-    return req.vendor == "any" or gpu.vendor == req.vendor
-
-
-#: The software each non-NVIDIA vendor's accelerators need instead of CUDA.
-_SOFTWARE_STACK = {"amd": "ROCm/HIP (PyTorch's ROCm build)", "intel": "the Intel Gaudi software (SynapseAI, "
-                   "PyTorch's HPU backend)"}
-
-
-def _vendor_notes(gpus: Sequence[Gpu]) -> tuple[str, ...]:
-    """The software-stack caveat, once per non-NVIDIA vendor among the listed GPUs."""
-    vendors = sorted({g.vendor for g in gpus if g.vendor != "nvidia"})
-    return tuple(
-        f"{VENDOR_NAMES.get(vendor, vendor)} GPUs listed "
-        f"({', '.join(g.id for g in gpus if g.vendor == vendor)}): CUDA-only code (custom CUDA kernels, "
-        f"CUDA-only libraries) does not run on them; they need {_SOFTWARE_STACK.get(vendor, 'their own software stack')}. "
-        "Their speeds come from constants calibrated on NVIDIA GPUs only, with a widened error band"
-        for vendor in vendors)
 
 
 # --- scores ---------------------------------------------------------------
@@ -917,9 +895,6 @@ def _outclassed(qualified: Sequence[GpuResult]) -> list[GpuResult]:
                        and (_throughput(o) > _throughput(r) or o.price.usd < r.price.usd)), None)
         out.append(r.model_copy(update={"outclassed_by": better.gpu_id}) if better is not None else r)
     return out
-
-
-VENDOR_NAMES = {"nvidia": "NVIDIA", "amd": "AMD", "intel": "Intel"}
 
 
 def _why_not(name: str, asked: str, listed: Sequence[GpuResult], excluded: Sequence[GpuResult],

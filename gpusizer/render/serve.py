@@ -11,19 +11,26 @@ if TYPE_CHECKING:
     from rich.table import Table
 
     from gpusizer.api import ServeResults
+    from gpusizer.api._serve import ServeRow
 
 
-def serve_table(res: ServeResults, width: int | None = None) -> Table:
+def shown_rows(res: ServeResults, top: int | None = None) -> tuple[ServeRow, ...]:
+    """The rows a table shows: those that serve first (fewest GPUs, then most sequences),
+    then those that do not; the first ``top`` of them (all without ``top``)."""
+    rows = sorted(res.rows, key=lambda r: (r.gpus is None, r.gpus or 0, -r.max_concurrency))
+    return tuple(rows if top is None else rows[:top])
+
+
+def serve_table(res: ServeResults, width: int | None = None, top: int | None = None) -> Table:
     """Each GPU type: how many it takes (TP) and how many sequences fit; ``width``: fit that
-    many columns."""
+    many columns; ``top``: show that many rows (``shown_rows``)."""
     from rich.table import Table
 
     want = f"{res.users} sequences" if res.users else "one sequence"
     table = Table(title=f"Serving {res.model}: {want} of {res.context_tokens:,} tokens", title_justify="left")
     for col in ("GPU", "memory", "GPUs (TP)", "sequences", "weights/GPU", "KV cache/GPU"):
         table.add_column(col, justify="left" if col == "GPU" else "right", no_wrap=col == "GPU")
-    rows = sorted(res.rows, key=lambda r: (r.gpus is None, r.gpus or 0, -r.max_concurrency))
-    for row in rows:
+    for row in shown_rows(res, top):
         cap = row.capacity or (row.tried[-1] if row.tried else None)
         table.add_row(
             row.gpu_id, format_bytes(row.memory_bytes), str(row.gpus) if row.gpus else NA, f"{row.max_concurrency:,}",
@@ -31,6 +38,18 @@ def serve_table(res: ServeResults, width: int | None = None) -> Table:
             format_bytes(max(0, cap.kv_budget_bytes)) if cap else NA,
         )
     return table if width is None else fit_table(table, width, drop=("memory", "weights/GPU"))
+
+
+def left_out_line(res: ServeResults, top: int | None) -> str | None:
+    """What the table left out, counted: GPU types that serve and that do not."""
+    shown = {r.gpu_id for r in shown_rows(res, top)}
+    rest = [r for r in res.rows if r.gpu_id not in shown]
+    if not rest:
+        return None
+    serving = sum(r.gpus is not None for r in rest)
+    parts = ([f"{serving} more GPU type{'s' if serving != 1 else ''} that serve"] if serving else []) + (
+        [f"{len(rest) - serving} that cannot hold it"] if len(rest) > serving else [])
+    return f"Not shown: {' and '.join(parts)} (--top {len(res.rows)} or --json lists them)."
 
 
 def serve_verdict(res: ServeResults) -> str:
