@@ -1,5 +1,6 @@
 """Rules added for issue 16's published fine-tuning and serving figures, each with hand-computed
-values: activation offloading, FSDP gathering a QLoRA base in NF4, QLoRA under autocast with
+values: activation offloading, FSDP gathering a QLoRA base in NF4, DeepSpeed ZeRO's gradient bucket,
+QLoRA under autocast with
 peft's prepare_model_for_kbit_training, and vLLM's hybrid KV cache for sliding-window models."""
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from gpusizer.domain.shape import ModelShape, TransformerShape
 from gpusizer.errors import ExitCode, UsageError
 from gpusizer.memory.estimate import (
     OFFLOAD_RESIDENT_LAYERS,
+    deepspeed_bucket_bytes,
     estimate_memory,
     layer_params,
     matrix_params,
@@ -94,6 +96,26 @@ def test_fsdp_gathers_a_qlora_base_in_nf4():
     gathered = fsdp.transient_bytes - one.transient_bytes
     assert gathered == 2 * int(855_638_016 * adapter.base_bytes_per_weight)
     assert gathered < 2 * 855_638_016  # a bf16 gather would be four times as much
+
+
+@pytest.mark.parametrize(
+    ("strategy", "precision", "gpus", "tp", "bucket"),
+    [
+        ("zero3", "bf16", 8, None, 1_000_000_000),   # 5e8 elements x 2 bytes (bf16 mode)
+        ("zero2", "mixed", 4, None, 1_000_000_000),  # AMP: DeepSpeed's 16-bit working copy
+        ("zero1", "fp32", 2, None, 2_000_000_000),   # fp32 training: 4 bytes an element
+        ("fsdp", "bf16", 8, None, 0),                # PyTorch FSDP has no such bucket
+        ("ddp", "bf16", 8, None, 0),
+        ("zero3", "bf16", 1, None, 0),               # one GPU: nothing to reduce
+        ("zero1", "bf16", 8, 2, 0),                  # with tp: Megatron-Core's distributed optimizer
+    ],
+)
+def test_deepspeed_zero_holds_its_gradient_bucket(strategy, precision, gpus, tp, bucket):
+    """DeepSpeed ZeRO keeps one flat gradient bucket of reduce_bucket_size elements (5e8 by
+    default, contiguous_gradients on) in the dtype it trains in."""
+    cfg = RunConfig.model_validate({"mode": "train", "precision": precision, "strategy": strategy, "gpus": gpus,
+                                    **({"tp": tp} if tp else {})})
+    assert deepspeed_bucket_bytes(cfg) == bucket
 
 
 def test_qlora_under_autocast_keeps_the_unquantised_parameters_in_fp32():

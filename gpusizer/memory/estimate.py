@@ -64,6 +64,15 @@ CHUNKED_LOSS_CHUNKS = 8
 #: moved on, so two layers' worth is resident at most
 OFFLOAD_RESIDENT_LAYERS = 2
 
+#: DeepSpeed ZeRO's gradient bucket, in elements: ``reduce_bucket_size``, default 5e8
+#: (deepspeed/runtime/zero/config.py). With ``contiguous_gradients`` (default True) every stage
+#: allocates one flat buffer of that many elements in the trained parameters' dtype: ZeRO-3 when it
+#: builds its optimizer (stage3.py, the IPG bucket, one per trainable dtype), ZeRO-1 and 2 at the
+#: start of each backward (stage_1_and_2.py, backward(); a second with overlap_comm, off by default
+#: below stage 3). Accelerate's DeepSpeed config (no JSON file) leaves it at the default;
+#: transformers' "auto" sets hidden x hidden instead.
+DEEPSPEED_REDUCE_BUCKET_ELEMENTS = 500_000_000
+
 #: Default fixed overhead: the CUDA context and kernels loaded by PyTorch.
 #: HF "Model training anatomy" measured 1343 MiB on a V100 before CUDA 11.7 lazy
 #: loading; with lazy loading (the default since PyTorch 2.x) contexts measure
@@ -970,6 +979,18 @@ def gathered_layer_bytes(m: TransformerShape, cfg: RunConfig, ep: int = 1) -> in
     return int(params * cfg.storage.weight_bytes)
 
 
+def deepspeed_bucket_bytes(cfg: RunConfig) -> int:
+    """DeepSpeed ZeRO's flat gradient bucket (DEEPSPEED_REDUCE_BUCKET_ELEMENTS) in the dtype it
+    trains in: 16 bits under its bf16/fp16 modes (the 16-bit working copy of the trained
+    parameters), 4 bytes in fp32. 0 but for a ZeRO strategy over several GPUs without
+    model-parallel degrees (with them, the layout is Megatron-Core's distributed optimizer, whose
+    buckets are views into its gradient buffer) or outside training."""
+    par = cfg.parallelism
+    if not cfg.training or par.zero_stage == 0 or par.fsdp or par.zero_ranks == 1 or par.model_parallel:
+        return 0
+    return DEEPSPEED_REDUCE_BUCKET_ELEMENTS * cfg.storage.activation_bytes
+
+
 def model_state(shape: ModelShape, cfg: RunConfig, stage: Stage | None = None) -> _State:
     """Per-GPU weights, gradients and optimizer state under the run's sharding (of a pipeline
     ``stage`` where there are stages)."""
@@ -1005,6 +1026,11 @@ def model_state(shape: ModelShape, cfg: RunConfig, stage: Stage | None = None) -
         # DDP's flat gradient buckets hold a second copy of the gradients
         transient += grads
         notes.append("DDP gradient buckets double the gradient memory (gradient_as_bucket_view=False, the default)")
+    bucket = deepspeed_bucket_bytes(cfg)
+    if bucket:
+        transient += bucket
+        notes.append(f"DeepSpeed's gradient bucket: reduce_bucket_size, 500M elements by default "
+                     f"({format_bytes(bucket)})")
     state = _State(weights=weights, grads=grads, opt=opt, transient=transient, notes=tuple(notes))
     return _offload(state, shape, cfg, train.params, stage) if cfg.offload != "none" else state
 
