@@ -959,6 +959,9 @@ class _State(BaseModel):
     grads: int
     opt: int
     transient: int
+    #: of ``weights``, what stays whole on every rank and on the GPU under ZeRO-3/FSDP and weight
+    #: offload: a QLoRA base's quantisation constants (:func:`quant_constant_bytes`)
+    resident: int = 0
     #: offloaded bytes held off the GPU
     host: int = 0
     notes: tuple[str, ...] = ()
@@ -966,17 +969,31 @@ class _State(BaseModel):
 
 def gathered_layer_bytes(m: TransformerShape, cfg: RunConfig, ep: int = 1) -> int:
     """Bytes of one transformer layer as ZeRO-3/FSDP all-gathers it (a rank's own experts under
-    ``ep``): in the format its shards are stored in. A QLoRA base is gathered as NF4 codes with
-    their absmax constants (torchao's NF4Tensor implements FSDP2's fsdp_pre_all_gather/
-    fsdp_post_all_gather on the quantised data; bitsandbytes' Params4bit with
-    bnb_4bit_quant_storage=bfloat16 is flattened and gathered as its packed 4-bit storage, peft's
-    FSDP-QLoRA guide), and is dequantised matrix by matrix for compute (the dequantisation
-    transient)."""
+    ``ep``): in the format its shards are stored in. A QLoRA base is gathered as its packed 4-bit
+    codes: bitsandbytes' Params4bit with bnb_4bit_quant_storage=bfloat16 is flattened and gathered
+    as that storage (peft's FSDP-QLoRA guide), while its absmax constants live in the module's
+    QuantState, beside the parameter and whole on every rank (:func:`quant_constant_bytes`). Each
+    matrix is dequantised for compute one at a time (the dequantisation transient)."""
     params = layer_params(m) if ep == 1 else attention_params(m) + _moe_mlp_params(m) // ep
     adapter = cfg.adapter
     if adapter is not None and adapter.base_quantisation is not None:
-        return int(params * adapter.base_bytes_per_weight)
+        return int(params * adapter.base_code_bytes_per_weight)
     return int(params * cfg.storage.weight_bytes)
+
+
+def quant_constant_bytes(shape: ModelShape, cfg: RunConfig, held: float) -> tuple[int, int]:
+    """(bytes of a QLoRA base's quantisation constants one GPU holds, the share of them its
+    sharded weights already count) for a GPU holding ``held`` of the weights. bitsandbytes keeps
+    the absmax constants in a QuantState object on the Params4bit and its Linear4bit module
+    (bitsandbytes/nn/modules.py), not as an nn.Parameter; FSDP flattens and ZeRO-3 partitions only
+    parameters, so every rank holds the constants of all the layers it runs whole, and FSDP's CPU
+    offload (which moves flat parameters) leaves them on the GPU. (0, 0) without a QLoRA base."""
+    adapter, m = cfg.adapter, shape.transformer
+    if adapter is None or adapter.base_quantisation is None or m is None:
+        return 0, 0
+    constants = min(matrix_params(m), shape.params) * adapter.base_constant_bytes_per_weight
+    zero = cfg.parallelism.zero_ranks if cfg.parallelism.zero_stage >= 3 else 1
+    return math.ceil(constants * held * zero), math.ceil(constants * held)
 
 
 def deepspeed_bucket_bytes(cfg: RunConfig) -> int:
@@ -1002,12 +1019,19 @@ def model_state(shape: ModelShape, cfg: RunConfig, stage: Stage | None = None) -
         grads = math.ceil(train.params * train.grad_bytes * held_g) if cfg.training and train.grad_bytes else 0
         opt = math.ceil(optimizer_bytes(shape, cfg) * held_o)
     else:
+        held_w = 1 / split.weights
         weights = math.ceil(weight_bytes(shape, cfg.precision, cfg.adapter, cfg.weight_format) / split.weights)
         grads = math.ceil(train.params * train.grad_bytes / split.gradients) if cfg.training and train.grad_bytes \
             else 0
         opt = math.ceil(optimizer_bytes(shape, cfg) / split.optimizer)
     transient = 0
     notes: list[str] = []
+    # a QLoRA base's quantisation constants are not sharded: whole on every rank (ZeRO-3, FSDP)
+    resident, share = quant_constant_bytes(shape, cfg, held_w)
+    weights += resident - share
+    if resident > share:
+        notes.append(f"QLoRA under {'FSDP' if par.fsdp else 'ZeRO-3'}: bitsandbytes keeps the 4-bit base's absmax "
+                     f"constants beside its parameters, so each GPU holds them whole ({format_bytes(resident)})")
     m = shape.transformer
     if par.gathers_layers and m is not None:
         # one layer gathered for compute plus one prefetched, in the layer's stored format (a rank's
@@ -1031,7 +1055,8 @@ def model_state(shape: ModelShape, cfg: RunConfig, stage: Stage | None = None) -
         transient += bucket
         notes.append(f"DeepSpeed's gradient bucket: reduce_bucket_size, 500M elements by default "
                      f"({format_bytes(bucket)})")
-    state = _State(weights=weights, grads=grads, opt=opt, transient=transient, notes=tuple(notes))
+    state = _State(weights=weights, grads=grads, opt=opt, transient=transient, resident=resident,
+                   notes=tuple(notes))
     return _offload(state, shape, cfg, train.params, stage) if cfg.offload != "none" else state
 
 
@@ -1075,8 +1100,9 @@ def _offload(state: _State, shape: ModelShape, cfg: RunConfig, trained: int, sta
     if cfg.offload in ("params", "all"):
         m = shape.transformer
         layer = 2 * int(layer_params(m) * cfg.storage.weight_bytes) // split.activations if m is not None else 0
-        host += weights
-        weights, transient = 0, transient + layer
+        # a QLoRA base's quantisation constants are not parameters: they stay on the GPU
+        host += weights - state.resident
+        weights, transient = state.resident, transient + layer
         notes.append("weight offload: each layer's weights stream in over PCIe, forward and backward")
     if cfg.offload == "all" and cfg.training:
         host += grads
