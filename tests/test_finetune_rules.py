@@ -16,6 +16,7 @@ from gpusizer.memory.estimate import (
     OFFLOAD_RESIDENT_LAYERS,
     deepspeed_bucket_bytes,
     estimate_memory,
+    fsdp_root_bytes,
     layer_params,
     matrix_params,
     offloaded_activation_bytes,
@@ -86,7 +87,9 @@ def test_fsdp_gathers_a_qlora_base_as_its_packed_4bit_codes():
     """FSDP/ZeRO-3 gather each layer in the format its shards are stored in: bitsandbytes flattens
     a Params4bit's packed codes (bnb_4bit_quant_storage) into the flat parameter, 4 bits a weight,
     so two gathered Llama-2-70B layers (855,638,016 weights each) are 855,638,016 bytes, not the
-    3,422,552,064 of a bf16 gather. The absmax constants are not gathered: see the next test."""
+    3,422,552,064 of a bf16 gather. The absmax constants are not gathered: see the next test. FSDP's
+    root unit (the 16-bit embedding and head, 2 x 32,000 x 8,192 x 2 = 1,048,576,000 bytes) stays
+    gathered besides."""
     shape = gpusizer.resolve_model("llama-2-70b")
     m = shape.transformer
     assert m is not None and layer_params(m) == 855_638_016
@@ -95,7 +98,7 @@ def test_fsdp_gathers_a_qlora_base_as_its_packed_4bit_codes():
             "adapter": adapter}
     one = estimate_memory(shape, RunConfig.model_validate(base))
     fsdp = estimate_memory(shape, RunConfig.model_validate({**base, "strategy": "fsdp", "gpus": 8}))
-    assert fsdp.transient_bytes - one.transient_bytes == 855_638_016
+    assert fsdp.transient_bytes - one.transient_bytes == 855_638_016 + 1_048_576_000
 
 
 def test_qlora_absmax_constants_stay_whole_on_every_rank():
@@ -142,6 +145,29 @@ def test_deepspeed_zero_holds_its_gradient_bucket(strategy, precision, gpus, tp,
     cfg = RunConfig.model_validate({"mode": "train", "precision": precision, "strategy": strategy, "gpus": gpus,
                                     **({"tp": tp} if tp else {})})
     assert deepspeed_bucket_bytes(cfg) == bucket
+
+
+def test_zero3_and_fsdp_differ_by_the_bucket_and_the_root_unit():
+    """DeepSpeed ZeRO-3 and FSDP shard alike; their transients differ by DeepSpeed's gradient
+    bucket (1e9 bytes in bf16) and FSDP's root unit, gathered from the forward through the backward
+    (Llama-2-70B's embedding and head: 2 x 32,000 x 8,192 x 2 = 1,048,576,000 bytes; over 8 GPUs
+    with tp=1 the whole of it on every GPU)."""
+    shape = gpusizer.resolve_model("llama-2-70b")
+    base = {"mode": "train", "precision": "bf16", "batch": 8, "seq_len": 2048, "checkpointing": True,
+            "adapter": Adapter(rank=8), "gpus": 8}
+    zero3 = estimate_memory(shape, RunConfig.model_validate({**base, "strategy": "zero3"}))
+    fsdp = estimate_memory(shape, RunConfig.model_validate({**base, "strategy": "fsdp"}))
+    m = shape.transformer
+    assert m is not None
+    assert fsdp_root_bytes(m, RunConfig.model_validate({**base, "strategy": "fsdp"})) == 1_048_576_000
+    assert zero3.transient_bytes - fsdp.transient_bytes == 1_000_000_000 - 1_048_576_000
+    assert any("reduce_bucket_size" in n for n in zero3.notes)
+    assert any("root unit" in n for n in fsdp.notes)
+    # a tied embedding is one matrix (Llama-3.2-1B: 128,256 x 2,048 x 2 bytes)
+    small = gpusizer.resolve_model("llama-3.2-1b")
+    assert small.transformer is not None and small.transformer.tied_embeddings
+    cfg = RunConfig.model_validate({"mode": "train", "precision": "bf16", "strategy": "fsdp", "gpus": 2})
+    assert fsdp_root_bytes(small.transformer, cfg) == 525_336_576
 
 
 def test_qlora_under_autocast_keeps_the_unquantised_parameters_in_fp32():

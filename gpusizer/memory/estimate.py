@@ -996,6 +996,22 @@ def quant_constant_bytes(shape: ModelShape, cfg: RunConfig, held: float) -> tupl
     return math.ceil(constants * held * zero), math.ceil(constants * held)
 
 
+def fsdp_root_bytes(m: TransformerShape, cfg: RunConfig) -> int:
+    """Bytes of FSDP's root unit, gathered in full through the backward of a training step: the
+    parameters outside the wrapped transformer layers, the embedding and an untied output head (the
+    final norm is negligible). PyTorch's FSDP does not reshard the root after forward
+    (torch/distributed/fsdp/_runtime_utils.py, _post_forward_reshard frees the unsharded parameters
+    only ``not state._is_root``) and reshards it when backward ends; FSDP2's fully_shard leaves the
+    root's reshard_after_forward off unless told otherwise; and the head runs first in backward, so
+    its group is gathered at the start of backward either way. In the weights' stored width, split
+    by tensor parallelism (vocabulary-parallel embedding and head). 0 but for FSDP training."""
+    par = cfg.parallelism
+    if not (cfg.training and par.fsdp and par.gathers_layers):
+        return 0
+    params = m.vocab * m.hidden * (1 if m.tied_embeddings else 2)
+    return int(params * cfg.storage.weight_bytes) // cfg.sharding.activations
+
+
 def deepspeed_bucket_bytes(cfg: RunConfig) -> int:
     """DeepSpeed ZeRO's flat gradient bucket (DEEPSPEED_REDUCE_BUCKET_ELEMENTS) in the dtype it
     trains in: 16 bits under its bf16/fp16 modes (the 16-bit working copy of the trained
@@ -1037,6 +1053,11 @@ def model_state(shape: ModelShape, cfg: RunConfig, stage: Stage | None = None) -
         # one layer gathered for compute plus one prefetched, in the layer's stored format (a rank's
         # own experts under ep)
         transient += 2 * gathered_layer_bytes(m, cfg, par.ep)
+        root = fsdp_root_bytes(m, cfg) if stage is None else 0
+        if root:
+            transient += root
+            notes.append(f"FSDP's root unit (embedding, final norm, output head) stays gathered from the forward "
+                         f"through the backward ({format_bytes(root)})")
     if cfg.adapter is not None and cfg.adapter.base_quantisation is not None and m is not None:
         # each NF4 matrix is dequantised to 16 bits for its matmul, forward and backward
         tp = split.activations
