@@ -127,6 +127,21 @@ def test_qlora_absmax_constants_stay_whole_on_every_rank():
     assert offload.weights_bytes == 1_086_259_200
 
 
+def test_weight_offload_under_fsdp_streams_the_gathered_layers_once():
+    """Under FSDP the layers offloaded weights stream into are the gathered layers already counted;
+    offload adds only the GPU copy of the rank's CPU shard a layer is gathered from
+    (FlatParamHandle.pre_unshard: flat_param_to(device)), dropped once gathered: 427,819,008 / 2 =
+    213,909,504 bytes for a Llama-2-70B QLoRA layer (427,819,008 bytes of 4-bit codes) over 2 GPUs,
+    not the two 16-bit layers (3,422,552,064 bytes) counted before."""
+    shape = gpusizer.resolve_model("llama-2-70b")
+    adapter = Adapter(rank=8, base_quantisation="nf4", dtype="bf16")
+    base = {"mode": "train", "precision": "bf16", "batch": 2, "seq_len": 2048, "checkpointing": True,
+            "adapter": adapter, "strategy": "fsdp", "gpus": 2}
+    kept = estimate_memory(shape, RunConfig.model_validate(base))
+    offload = estimate_memory(shape, RunConfig.model_validate({**base, "offload": "params"}))
+    assert offload.transient_bytes - kept.transient_bytes == 213_909_504
+
+
 @pytest.mark.parametrize(
     ("strategy", "precision", "gpus", "tp", "bucket"),
     [

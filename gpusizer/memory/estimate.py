@@ -1120,7 +1120,17 @@ def _offload(state: _State, shape: ModelShape, cfg: RunConfig, trained: int, sta
         notes.append("optimizer offload: the optimizer step runs on the CPU")
     if cfg.offload in ("params", "all"):
         m = shape.transformer
-        layer = 2 * int(layer_params(m) * cfg.storage.weight_bytes) // split.activations if m is not None else 0
+        par = cfg.parallelism
+        if m is None:
+            layer = 0
+        elif par.gathers_layers:
+            # the two gathered layers are already counted (model_state); each is all-gathered from
+            # a GPU copy of the rank's CPU shard (FSDP's FlatParamHandle.pre_unshard,
+            # flat_param_to(device)), dropped once the gathered parameter replaces it: one at a time
+            layer = -(-gathered_layer_bytes(m, cfg, par.ep) // par.zero_ranks)
+        else:
+            # one GPU: two layers streamed in, in their stored format
+            layer = 2 * gathered_layer_bytes(m, cfg, par.ep) // split.activations
         # a QLoRA base's quantisation constants are not parameters: they stay on the GPU
         host += weights - state.resident
         weights, transient = state.resident, transient + layer
