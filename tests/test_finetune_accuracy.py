@@ -8,7 +8,7 @@ the headline cases; runs under torch.compile, reported but not counted (Inductor
 chooses what to save for backward, which gpusizer does not model); and two cases whose
 figure cannot test the model, each with its reason in the data. The headline median
 meets the issue's 5% target only nearly (5.4%) and its maximum does not: the sharded
-Hugging Face runs (accelerate FSDP, DeepSpeed ZeRO-3) are under by 20-36%. These
+Hugging Face runs (accelerate FSDP, DeepSpeed ZeRO-3) are under by 18-42%. These
 bounds hold the current figures so that a change that makes them worse fails.
 """
 
