@@ -992,8 +992,7 @@ def quant_constant_bytes(shape: ModelShape, cfg: RunConfig, held: float) -> tupl
     if adapter is None or adapter.base_quantisation is None or m is None:
         return 0, 0
     constants = min(matrix_params(m), shape.params) * adapter.base_constant_bytes_per_weight
-    zero = cfg.parallelism.zero_ranks if cfg.parallelism.zero_stage >= 3 else 1
-    return math.ceil(constants * held * zero), math.ceil(constants * held)
+    return math.ceil(constants * held * cfg.parallelism.weight_shards), math.ceil(constants * held)
 
 
 def fsdp_root_bytes(m: TransformerShape, cfg: RunConfig) -> int:
@@ -1018,8 +1017,7 @@ def deepspeed_bucket_bytes(cfg: RunConfig) -> int:
     parameters), 4 bytes in fp32. 0 but for a ZeRO strategy over several GPUs without
     model-parallel degrees (with them, the layout is Megatron-Core's distributed optimizer, whose
     buckets are views into its gradient buffer) or outside training."""
-    par = cfg.parallelism
-    if not cfg.training or par.zero_stage == 0 or par.fsdp or par.zero_ranks == 1 or par.model_parallel:
+    if not cfg.training or not cfg.parallelism.deepspeed_zero:
         return 0
     return DEEPSPEED_REDUCE_BUCKET_ELEMENTS * cfg.storage.activation_bytes
 
