@@ -8,7 +8,7 @@ the headline cases; runs under torch.compile, reported but not counted (Inductor
 chooses what to save for backward, which gpusizer does not model); and two cases whose
 figure cannot test the model, each with its reason in the data. The headline median
 meets the issue's 5% target only nearly (5.4%) and its maximum does not: the sharded
-Hugging Face runs (accelerate FSDP, DeepSpeed ZeRO-3) are under by 20-36%. These
+Hugging Face runs (accelerate FSDP, DeepSpeed ZeRO-3) are under by 18-43%. These
 bounds hold the current figures so that a change that makes them worse fails.
 """
 
@@ -80,12 +80,16 @@ def test_tensor_parallel_serving_counts_the_communication_buffers(results):
 
 def test_finetune_memory_stays_within_its_current_error(results):
     errors = [abs(r[3]) for r in results["finetune"]]
-    # 5.4% median, 80% within 12%, worst 36.3% at this commit (all 35 cases together: 9.2%
-    # median and 106% worst before the offload, NF4-gather and prepare_model_for_kbit_training rules)
+    # 5.4% median, 80% within 12%, worst 42.8% at this commit (all 35 cases together: 9.2%
+    # median and 106% worst before the offload, NF4-gather and prepare_model_for_kbit_training rules).
+    # The worst, peft's FSDP QLoRA with CPU offload, was -36.3% before the sharding rules and -25.8%
+    # with them while weight offload counted two 16-bit layers on top of the two gathered ones it
+    # streams into (a double count, now removed), and -41.8% before the row recorded FSDP's CPU
+    # offload as --offload all (gradients and the optimizer step on the CPU too)
     assert statistics.median(errors) <= 0.055
     within = sum(e <= 0.12 for e in errors) / len(errors)
     assert within >= 0.80
-    assert max(errors) <= 0.37
+    assert max(errors) <= 0.43
 
 
 def test_unsharded_finetune_runs_are_within_11_percent(results):

@@ -1,5 +1,6 @@
 """Rules added for issue 16's published fine-tuning and serving figures, each with hand-computed
-values: activation offloading, FSDP gathering a QLoRA base in NF4, QLoRA under autocast with
+values: activation offloading, FSDP gathering a QLoRA base as its 4-bit codes (its constants whole on
+every rank), DeepSpeed ZeRO's gradient bucket, QLoRA under autocast with
 peft's prepare_model_for_kbit_training, and vLLM's hybrid KV cache for sliding-window models."""
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from gpusizer.domain.shape import ModelShape, TransformerShape
 from gpusizer.errors import ExitCode, UsageError
 from gpusizer.memory.estimate import (
     OFFLOAD_RESIDENT_LAYERS,
+    deepspeed_bucket_bytes,
     estimate_memory,
+    fsdp_root_bytes,
     layer_params,
     matrix_params,
     offloaded_activation_bytes,
@@ -80,9 +83,13 @@ def test_offload_activations_at_inference_exits_2(cli):
     assert result.exit_code == ExitCode.USAGE
 
 
-def test_fsdp_gathers_a_qlora_base_in_nf4():
-    """FSDP/ZeRO-3 gather each layer in the format its shards are stored in: a Llama-2-70B layer
-    (855,638,016 weights) is 0.5 + 0.127/8 bytes a weight in NF4 with double quantisation, not 2."""
+def test_fsdp_gathers_a_qlora_base_as_its_packed_4bit_codes():
+    """FSDP/ZeRO-3 gather each layer in the format its shards are stored in: bitsandbytes flattens
+    a Params4bit's packed codes (bnb_4bit_quant_storage) into the flat parameter, 4 bits a weight,
+    so two gathered Llama-2-70B layers (855,638,016 weights each) are 855,638,016 bytes, not the
+    3,422,552,064 of a bf16 gather. The absmax constants are not gathered: see the next test. FSDP's
+    root unit (the 16-bit embedding and head, 2 x 32,000 x 8,192 x 2 = 1,048,576,000 bytes) stays
+    gathered besides."""
     shape = gpusizer.resolve_model("llama-2-70b")
     m = shape.transformer
     assert m is not None and layer_params(m) == 855_638_016
@@ -91,9 +98,91 @@ def test_fsdp_gathers_a_qlora_base_in_nf4():
             "adapter": adapter}
     one = estimate_memory(shape, RunConfig.model_validate(base))
     fsdp = estimate_memory(shape, RunConfig.model_validate({**base, "strategy": "fsdp", "gpus": 8}))
-    gathered = fsdp.transient_bytes - one.transient_bytes
-    assert gathered == 2 * int(855_638_016 * adapter.base_bytes_per_weight)
-    assert gathered < 2 * 855_638_016  # a bf16 gather would be four times as much
+    assert fsdp.transient_bytes - one.transient_bytes == 855_638_016 + 1_048_576_000
+
+
+def test_qlora_absmax_constants_stay_whole_on_every_rank():
+    """bitsandbytes keeps a 4-bit weight's absmax constants in a QuantState beside the parameter,
+    so FSDP and ZeRO-3 shard only the codes. Llama-2-70B's 68,451,041,280 quantised weights carry
+    68,451,041,280 / 64 = 1,069,547,520 bytes of 8-bit absmax and 68,451,041,280 / 16,384 x 4 =
+    16,711,680 bytes of fp32 second-level constants: 1,086,259,200 bytes, all of it on each of 2
+    FSDP ranks instead of half (543,129,600 bytes more a GPU). fms-acceleration's QLoRA runs
+    (scripts/benchmarks/refs/a100_80gb.csv at 24bdadb, mem_torch_mem_alloc_in_bytes) kept, on each of
+    2 FSDP ranks, this much more than half of what one GPU kept, against half the constants:
+    Llama-2-70B 677,242,880 (543,129,600), Mixtral-8x7B 404,224,000 (368,476,160), Mistral-7B
+    91,011,072 (55,377,920)."""
+    shape = gpusizer.resolve_model("llama-2-70b")
+    m = shape.transformer
+    assert m is not None and matrix_params(m) == 68_451_041_280
+    adapter = Adapter(rank=16, targets=("attention",), base_quantisation="nf4")
+    base = {"mode": "train", "precision": "bf16", "batch": 2, "seq_len": 4096, "checkpointing": True,
+            "adapter": adapter}
+    one = estimate_memory(shape, RunConfig.model_validate(base))
+    for strategy in ("fsdp", "zero3"):
+        two = estimate_memory(shape, RunConfig.model_validate({**base, "strategy": strategy, "gpus": 2}))
+        assert two.weights_bytes - -(-one.weights_bytes // 2) == 543_129_600
+    # weight offload moves the sharded codes to the host; the constants stay on the GPU
+    offload = estimate_memory(shape, RunConfig.model_validate(
+        {**base, "strategy": "fsdp", "gpus": 2, "offload": "params"}))
+    assert offload.weights_bytes == 1_086_259_200
+
+
+def test_weight_offload_under_fsdp_streams_the_gathered_layers_once():
+    """Under FSDP the layers offloaded weights stream into are the gathered layers already counted;
+    offload adds only the GPU copy of the rank's CPU shard a layer is gathered from
+    (FlatParamHandle.pre_unshard: flat_param_to(device)), dropped once gathered: 427,819,008 / 2 =
+    213,909,504 bytes for a Llama-2-70B QLoRA layer (427,819,008 bytes of 4-bit codes) over 2 GPUs,
+    not the two 16-bit layers (3,422,552,064 bytes) counted before."""
+    shape = gpusizer.resolve_model("llama-2-70b")
+    adapter = Adapter(rank=8, base_quantisation="nf4", dtype="bf16")
+    base = {"mode": "train", "precision": "bf16", "batch": 2, "seq_len": 2048, "checkpointing": True,
+            "adapter": adapter, "strategy": "fsdp", "gpus": 2}
+    kept = estimate_memory(shape, RunConfig.model_validate(base))
+    offload = estimate_memory(shape, RunConfig.model_validate({**base, "offload": "params"}))
+    assert offload.transient_bytes - kept.transient_bytes == 213_909_504
+
+
+@pytest.mark.parametrize(
+    ("strategy", "precision", "gpus", "tp", "bucket"),
+    [
+        ("zero3", "bf16", 8, None, 1_000_000_000),   # 5e8 elements x 2 bytes (bf16 mode)
+        ("zero2", "mixed", 4, None, 1_000_000_000),  # AMP: DeepSpeed's 16-bit working copy
+        ("zero1", "fp32", 2, None, 2_000_000_000),   # fp32 training: 4 bytes an element
+        ("fsdp", "bf16", 8, None, 0),                # PyTorch FSDP has no such bucket
+        ("ddp", "bf16", 8, None, 0),
+        ("zero3", "bf16", 1, None, 0),               # one GPU: nothing to reduce
+        ("zero1", "bf16", 8, 2, 0),                  # with tp: Megatron-Core's distributed optimizer
+    ],
+)
+def test_deepspeed_zero_holds_its_gradient_bucket(strategy, precision, gpus, tp, bucket):
+    """DeepSpeed ZeRO keeps one flat gradient bucket of reduce_bucket_size elements (5e8 by
+    default, contiguous_gradients on) in the dtype it trains in."""
+    cfg = RunConfig.model_validate({"mode": "train", "precision": precision, "strategy": strategy, "gpus": gpus,
+                                    **({"tp": tp} if tp else {})})
+    assert deepspeed_bucket_bytes(cfg) == bucket
+
+
+def test_zero3_and_fsdp_differ_by_the_bucket_and_the_root_unit():
+    """DeepSpeed ZeRO-3 and FSDP shard alike; their transients differ by DeepSpeed's gradient
+    bucket (1e9 bytes in bf16) and FSDP's root unit, gathered from the forward through the backward
+    (Llama-2-70B's embedding and head: 2 x 32,000 x 8,192 x 2 = 1,048,576,000 bytes; over 8 GPUs
+    with tp=1 the whole of it on every GPU)."""
+    shape = gpusizer.resolve_model("llama-2-70b")
+    base = {"mode": "train", "precision": "bf16", "batch": 8, "seq_len": 2048, "checkpointing": True,
+            "adapter": Adapter(rank=8), "gpus": 8}
+    zero3 = estimate_memory(shape, RunConfig.model_validate({**base, "strategy": "zero3"}))
+    fsdp = estimate_memory(shape, RunConfig.model_validate({**base, "strategy": "fsdp"}))
+    m = shape.transformer
+    assert m is not None
+    assert fsdp_root_bytes(m, RunConfig.model_validate({**base, "strategy": "fsdp"})) == 1_048_576_000
+    assert zero3.transient_bytes - fsdp.transient_bytes == 1_000_000_000 - 1_048_576_000
+    assert any("reduce_bucket_size" in n for n in zero3.notes)
+    assert any("root unit" in n for n in fsdp.notes)
+    # a tied embedding is one matrix (Llama-3.2-1B: 128,256 x 2,048 x 2 bytes)
+    small = gpusizer.resolve_model("llama-3.2-1b")
+    assert small.transformer is not None and small.transformer.tied_embeddings
+    cfg = RunConfig.model_validate({"mode": "train", "precision": "bf16", "strategy": "fsdp", "gpus": 2})
+    assert fsdp_root_bytes(small.transformer, cfg) == 525_336_576
 
 
 def test_qlora_under_autocast_keeps_the_unquantised_parameters_in_fp32():

@@ -255,8 +255,10 @@ def test_monotone_in_parameter_count(params, extra, optimizer):
 
 
 @settings(max_examples=40, deadline=None)
-@given(model=st.sampled_from(TRANSFORMERS), n=st.integers(1, 256), more=st.integers(1, 256))
+@given(model=st.sampled_from(TRANSFORMERS), n=st.integers(2, 256), more=st.integers(1, 256))
 def test_more_gpus_under_zero3_never_increase_per_gpu_memory(model, n, more):
+    """From 2 GPUs on: one GPU runs plain, without DeepSpeed's gradient bucket (1e9 bytes in
+    16 bits), which a small model's 2-GPU ZeRO-3 run may hold more than sharding saves."""
     shape = shape_from_model(model)
     a = estimate_memory(shape, RunConfig(gpus=n, strategy="zero3", seq_len=1024))
     b = estimate_memory(shape, RunConfig(gpus=n + more, strategy="zero3", seq_len=1024))

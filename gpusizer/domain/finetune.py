@@ -27,7 +27,13 @@ from typing import Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from gpusizer.domain.precision import ADAPTER_DTYPE_BYTES, AdapterDtype, nf4_bytes_per_weight
+from gpusizer.domain.precision import (
+    ADAPTER_DTYPE_BYTES,
+    NF4_BITS,
+    AdapterDtype,
+    nf4_bytes_per_weight,
+    nf4_constant_bytes_per_weight,
+)
 from gpusizer.domain.shape import TransformerShape
 from gpusizer.errors import UsageError
 
@@ -95,6 +101,18 @@ class Adapter(BaseModel):
     def base_bytes_per_weight(self) -> float:
         """Bytes per quantised base weight, its absmax constants included."""
         return nf4_bytes_per_weight(double_quant=self.double_quant)
+
+    @property
+    def base_code_bytes_per_weight(self) -> float:
+        """Bytes per quantised base weight of its 4-bit codes alone: what bitsandbytes packs into
+        the ``bnb_4bit_quant_storage`` tensor, the parameter that ZeRO-3 and FSDP shard."""
+        return NF4_BITS / 8
+
+    @property
+    def base_constant_bytes_per_weight(self) -> float:
+        """Bytes per quantised base weight of its quantisation constants, which bitsandbytes keeps
+        beside the parameter (in its QuantState), not in it."""
+        return nf4_constant_bytes_per_weight(double_quant=self.double_quant)
 
 
 class _Linear(NamedTuple):

@@ -133,6 +133,17 @@ class Parallelism(BaseModel):
         return self.zero_ranks > 1 and self.zero_stage >= 3
 
     @property
+    def weight_shards(self) -> int:
+        """The ranks ZeRO-3 and FSDP split each weight over (1 below stage 3)."""
+        return self.zero_ranks if self.zero_stage >= 3 else 1
+
+    @property
+    def deepspeed_zero(self) -> bool:
+        """DeepSpeed ZeRO (any stage, not FSDP) over several ranks, without model-parallel degrees
+        (with them, the layout is Megatron-Core's distributed optimizer)."""
+        return self.zero_stage >= 1 and not self.fsdp and self.zero_ranks > 1 and not self.model_parallel
+
+    @property
     def replicated_gradients(self) -> bool:
         """Plain DDP: every replica keeps all gradients, plus a bucket copy."""
         return self.zero_ranks > 1 and self.zero_stage == 0

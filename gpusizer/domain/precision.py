@@ -48,13 +48,17 @@ NF4_BLOCK = 64
 NF4_DQ_BLOCK = 256
 
 
+def nf4_constant_bytes_per_weight(*, double_quant: bool) -> float:
+    """Bytes per NF4 weight of its quantisation constants (the absmax and, with double
+    quantisation, the constants of the absmax)."""
+    if double_quant:
+        return (8 / NF4_BLOCK + 32 / (NF4_BLOCK * NF4_DQ_BLOCK)) / 8
+    return 32 / NF4_BLOCK / 8
+
+
 def nf4_bytes_per_weight(*, double_quant: bool) -> float:
     """Bytes per NF4 weight, its absmax constants included."""
-    if double_quant:
-        scale_bits = 8 / NF4_BLOCK + 32 / (NF4_BLOCK * NF4_DQ_BLOCK)
-    else:
-        scale_bits = 32 / NF4_BLOCK
-    return (NF4_BITS + scale_bits) / 8
+    return NF4_BITS / 8 + nf4_constant_bytes_per_weight(double_quant=double_quant)
 
 
 class Storage(BaseModel):

@@ -64,6 +64,15 @@ CHUNKED_LOSS_CHUNKS = 8
 #: moved on, so two layers' worth is resident at most
 OFFLOAD_RESIDENT_LAYERS = 2
 
+#: DeepSpeed ZeRO's gradient bucket, in elements: ``reduce_bucket_size``, default 5e8
+#: (deepspeed/runtime/zero/config.py). With ``contiguous_gradients`` (default True) every stage
+#: allocates one flat buffer of that many elements in the trained parameters' dtype: ZeRO-3 when it
+#: builds its optimizer (stage3.py, the IPG bucket, one per trainable dtype), ZeRO-1 and 2 at the
+#: start of each backward (stage_1_and_2.py, backward(); a second with overlap_comm, off by default
+#: below stage 3). Accelerate's DeepSpeed config (no JSON file) leaves it at the default;
+#: transformers' "auto" sets hidden x hidden instead.
+DEEPSPEED_REDUCE_BUCKET_ELEMENTS = 500_000_000
+
 #: Default fixed overhead: the CUDA context and kernels loaded by PyTorch.
 #: HF "Model training anatomy" measured 1343 MiB on a V100 before CUDA 11.7 lazy
 #: loading; with lazy loading (the default since PyTorch 2.x) contexts measure
@@ -950,6 +959,9 @@ class _State(BaseModel):
     grads: int
     opt: int
     transient: int
+    #: of ``weights``, what stays whole on every rank and on the GPU under ZeRO-3/FSDP and weight
+    #: offload: a QLoRA base's quantisation constants (:func:`quant_constant_bytes`)
+    resident: int = 0
     #: offloaded bytes held off the GPU
     host: int = 0
     notes: tuple[str, ...] = ()
@@ -957,17 +969,57 @@ class _State(BaseModel):
 
 def gathered_layer_bytes(m: TransformerShape, cfg: RunConfig, ep: int = 1) -> int:
     """Bytes of one transformer layer as ZeRO-3/FSDP all-gathers it (a rank's own experts under
-    ``ep``): in the format its shards are stored in. A QLoRA base is gathered as NF4 codes with
-    their absmax constants (torchao's NF4Tensor implements FSDP2's fsdp_pre_all_gather/
-    fsdp_post_all_gather on the quantised data; bitsandbytes' Params4bit with
-    bnb_4bit_quant_storage=bfloat16 is flattened and gathered as its packed 4-bit storage, peft's
-    FSDP-QLoRA guide), and is dequantised matrix by matrix for compute (the dequantisation
-    transient)."""
+    ``ep``): in the format its shards are stored in. A QLoRA base is gathered as its packed 4-bit
+    codes: bitsandbytes' Params4bit with bnb_4bit_quant_storage=bfloat16 is flattened and gathered
+    as that storage (peft's FSDP-QLoRA guide), while its absmax constants live in the module's
+    QuantState, beside the parameter and whole on every rank (:func:`quant_constant_bytes`). Each
+    matrix is dequantised for compute one at a time (the dequantisation transient)."""
     params = layer_params(m) if ep == 1 else attention_params(m) + _moe_mlp_params(m) // ep
     adapter = cfg.adapter
     if adapter is not None and adapter.base_quantisation is not None:
-        return int(params * adapter.base_bytes_per_weight)
+        return int(params * adapter.base_code_bytes_per_weight)
     return int(params * cfg.storage.weight_bytes)
+
+
+def quant_constant_bytes(shape: ModelShape, cfg: RunConfig, held: float) -> tuple[int, int]:
+    """(bytes of a QLoRA base's quantisation constants one GPU holds, the share of them its
+    sharded weights already count) for a GPU holding ``held`` of the weights. bitsandbytes keeps
+    the absmax constants in a QuantState object on the Params4bit and its Linear4bit module
+    (bitsandbytes/nn/modules.py), not as an nn.Parameter; FSDP flattens and ZeRO-3 partitions only
+    parameters, so every rank holds the constants of all the layers it runs whole, and FSDP's CPU
+    offload (which moves flat parameters) leaves them on the GPU. (0, 0) without a QLoRA base."""
+    adapter, m = cfg.adapter, shape.transformer
+    if adapter is None or adapter.base_quantisation is None or m is None:
+        return 0, 0
+    constants = min(matrix_params(m), shape.params) * adapter.base_constant_bytes_per_weight
+    return math.ceil(constants * held * cfg.parallelism.weight_shards), math.ceil(constants * held)
+
+
+def fsdp_root_bytes(m: TransformerShape, cfg: RunConfig) -> int:
+    """Bytes of FSDP's root unit, gathered in full through the backward of a training step: the
+    parameters outside the wrapped transformer layers, the embedding and an untied output head (the
+    final norm is negligible). PyTorch's FSDP does not reshard the root after forward
+    (torch/distributed/fsdp/_runtime_utils.py, _post_forward_reshard frees the unsharded parameters
+    only ``not state._is_root``) and reshards it when backward ends; FSDP2's fully_shard leaves the
+    root's reshard_after_forward off unless told otherwise; and the head runs first in backward, so
+    its group is gathered at the start of backward either way. In the weights' stored width, split
+    by tensor parallelism (vocabulary-parallel embedding and head). 0 but for FSDP training."""
+    par = cfg.parallelism
+    if not (cfg.training and par.fsdp and par.gathers_layers):
+        return 0
+    params = m.vocab * m.hidden * (1 if m.tied_embeddings else 2)
+    return int(params * cfg.storage.weight_bytes) // cfg.sharding.activations
+
+
+def deepspeed_bucket_bytes(cfg: RunConfig) -> int:
+    """DeepSpeed ZeRO's flat gradient bucket (DEEPSPEED_REDUCE_BUCKET_ELEMENTS) in the dtype it
+    trains in: 16 bits under its bf16/fp16 modes (the 16-bit working copy of the trained
+    parameters), 4 bytes in fp32. 0 but for a ZeRO strategy over several GPUs without
+    model-parallel degrees (with them, the layout is Megatron-Core's distributed optimizer, whose
+    buckets are views into its gradient buffer) or outside training."""
+    if not cfg.training or not cfg.parallelism.deepspeed_zero:
+        return 0
+    return DEEPSPEED_REDUCE_BUCKET_ELEMENTS * cfg.storage.activation_bytes
 
 
 def model_state(shape: ModelShape, cfg: RunConfig, stage: Stage | None = None) -> _State:
@@ -981,17 +1033,29 @@ def model_state(shape: ModelShape, cfg: RunConfig, stage: Stage | None = None) -
         grads = math.ceil(train.params * train.grad_bytes * held_g) if cfg.training and train.grad_bytes else 0
         opt = math.ceil(optimizer_bytes(shape, cfg) * held_o)
     else:
+        held_w = 1 / split.weights
         weights = math.ceil(weight_bytes(shape, cfg.precision, cfg.adapter, cfg.weight_format) / split.weights)
         grads = math.ceil(train.params * train.grad_bytes / split.gradients) if cfg.training and train.grad_bytes \
             else 0
         opt = math.ceil(optimizer_bytes(shape, cfg) / split.optimizer)
     transient = 0
     notes: list[str] = []
+    # a QLoRA base's quantisation constants are not sharded: whole on every rank (ZeRO-3, FSDP)
+    resident, share = quant_constant_bytes(shape, cfg, held_w)
+    weights += resident - share
+    if resident > share:
+        notes.append(f"QLoRA under {'FSDP' if par.fsdp else 'ZeRO-3'}: bitsandbytes keeps the 4-bit base's absmax "
+                     f"constants beside its parameters, so each GPU holds them whole ({format_bytes(resident)})")
     m = shape.transformer
     if par.gathers_layers and m is not None:
         # one layer gathered for compute plus one prefetched, in the layer's stored format (a rank's
         # own experts under ep)
         transient += 2 * gathered_layer_bytes(m, cfg, par.ep)
+        root = fsdp_root_bytes(m, cfg) if stage is None else 0
+        if root:
+            transient += root
+            notes.append(f"FSDP's root unit (embedding, final norm, output head) stays gathered from the forward "
+                         f"through the backward ({format_bytes(root)})")
     if cfg.adapter is not None and cfg.adapter.base_quantisation is not None and m is not None:
         # each NF4 matrix is dequantised to 16 bits for its matmul, forward and backward
         tp = split.activations
@@ -1005,7 +1069,13 @@ def model_state(shape: ModelShape, cfg: RunConfig, stage: Stage | None = None) -
         # DDP's flat gradient buckets hold a second copy of the gradients
         transient += grads
         notes.append("DDP gradient buckets double the gradient memory (gradient_as_bucket_view=False, the default)")
-    state = _State(weights=weights, grads=grads, opt=opt, transient=transient, notes=tuple(notes))
+    bucket = deepspeed_bucket_bytes(cfg)
+    if bucket:
+        transient += bucket
+        notes.append(f"DeepSpeed's gradient bucket: reduce_bucket_size, 500M elements by default "
+                     f"({format_bytes(bucket)})")
+    state = _State(weights=weights, grads=grads, opt=opt, transient=transient, resident=resident,
+                   notes=tuple(notes))
     return _offload(state, shape, cfg, train.params, stage) if cfg.offload != "none" else state
 
 
@@ -1048,9 +1118,20 @@ def _offload(state: _State, shape: ModelShape, cfg: RunConfig, trained: int, sta
         notes.append("optimizer offload: the optimizer step runs on the CPU")
     if cfg.offload in ("params", "all"):
         m = shape.transformer
-        layer = 2 * int(layer_params(m) * cfg.storage.weight_bytes) // split.activations if m is not None else 0
-        host += weights
-        weights, transient = 0, transient + layer
+        par = cfg.parallelism
+        if m is None:
+            layer = 0
+        elif par.gathers_layers:
+            # the two gathered layers are already counted (model_state); each is all-gathered from
+            # a GPU copy of the rank's CPU shard (FSDP's FlatParamHandle.pre_unshard,
+            # flat_param_to(device)), dropped once the gathered parameter replaces it: one at a time
+            layer = -(-gathered_layer_bytes(m, cfg, par.ep) // par.zero_ranks)
+        else:
+            # one GPU: two layers streamed in, in their stored format
+            layer = 2 * gathered_layer_bytes(m, cfg, par.ep) // split.activations
+        # a QLoRA base's quantisation constants are not parameters: they stay on the GPU
+        host += weights - state.resident
+        weights, transient = state.resident, transient + layer
         notes.append("weight offload: each layer's weights stream in over PCIe, forward and backward")
     if cfg.offload == "all" and cfg.training:
         host += grads
