@@ -541,7 +541,7 @@ class DerivationRule(BaseModel):
     ratio_of: DerivableField | None = None
     per_clock_of: UnitField | None = None
     factor: float = Field(gt=0, le=100_000)
-    when: RuleScope = RuleScope()
+    when: RuleScope = Field(default_factory=RuleScope)  # (not RuleScope(): that builds its validator on import)
     #: entries the rule does not apply to, each with the reason
     exceptions: dict[str, str] = Field(default_factory=dict)
     #: how far (relative) a sourced value may be from the rule: datasheets round
