@@ -111,7 +111,7 @@ def _exit_now(code: int) -> NoReturn:
     """End the console script's process with ``code`` once its output is written, without
     tearing the interpreter down: what the command made (the engine's modules, pydantic's
     models and validators, the catalog) is released by the process ending, where Python's
-    own shutdown would first collect and free it object by object (7 to 20 ms). The
+    own shutdown would first collect and free it object by object (6 to 20 ms). The
     ``atexit`` functions still run, and standard output and error are flushed first (a
     failure there was already reported by :func:`_final_flush`)."""
     import atexit
