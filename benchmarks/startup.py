@@ -12,7 +12,8 @@ parses options into pydantic-validated values (typer 0.29 builds a pydantic
 TypeAdapter per option), a frozen pydantic model is defined and built, and rich
 lays out a 14-column table with one row per catalog GPU. A second, the typer floor, is a
 typer app of three options parsing one and nothing else: the least any command line built
-with typer costs.
+with typer costs. A third, the pydantic floor, defines one pydantic model of one field and
+validates one value: the least any process that validates with a pydantic model costs.
 
 ``--breakdown`` splits ``catalog list`` in one process into: the command line
 (gpusizer.cli and the command's options), the engine's imports (gpusizer.api and
@@ -82,6 +83,20 @@ def main(a: int = 1, b: str = "x", c: bool = False) -> None:
 
 
 app(["--a", "2"])
+"""
+
+#: The least a process that validates anything with a pydantic model costs: the baseline's
+#: imports, one model of one field, one value validated (``import pydantic`` alone is lazy).
+PYDANTIC_FLOOR = """
+import typer, rich, pydantic, yaml
+from pydantic import BaseModel
+
+
+class One(BaseModel):
+    x: int
+
+
+One(x=1)
 """
 
 FLOOR = """
@@ -187,6 +202,7 @@ def main() -> None:
     rows = len(yaml.safe_load((Path(__file__).resolve().parent.parent / "data" / "gpus.yaml").read_text())["gpus"])
     floor = [sys.executable, "-c", f"ROWS = {rows}\n" + FLOOR]
     runs = {"baseline": baseline, "floor": floor, "typer floor": [sys.executable, "-c", TYPER_FLOOR],
+            "pydantic floor": [sys.executable, "-c", PYDANTIC_FLOOR],
             **{name: [*gpusizer, *cmd] for name, (cmd, _) in chosen.items()}}
     envs = dict.fromkeys(runs, env)
     if args.before:
@@ -219,6 +235,9 @@ def main() -> None:
     bare = statistics.median(times["typer floor"])
     print(f"typer floor (a three-option typer app parsing one, nothing else): {bare * 1000:.0f} ms, "
           f"{bare / base:.2f}x the baseline")
+    one = statistics.median(times["pydantic floor"])
+    print(f"pydantic floor (one pydantic model of one field validating one value): {one * 1000:.0f} ms, "
+          f"{one / base:.2f}x the baseline")
     if args.breakdown:
         _breakdown(env, args.runs)
     shutil.rmtree(cache, ignore_errors=True)

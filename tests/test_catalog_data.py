@@ -26,7 +26,7 @@ CATALOG = load_catalog()
 GPUS = {g.id: g for g in CATALOG.gpus}
 RULES = load_derivations()
 #: The catalog as the YAML gives it, before the rules fill nulls: what the sourced figures are.
-RAW = {g.id: g for g in catalog_module._load_cached((str(bundled_catalog_path()),), None).gpus}
+RAW = {g.id: g for g in catalog_module._read_files((str(bundled_catalog_path()),), None).gpus}
 
 REQUIRED_IDS = [
     # Maxwell and Pascal

@@ -219,11 +219,14 @@ def test_gpu_completion_loads_no_engine() -> None:
         "import os, sys\n"
         "os.environ.update(_GPUSIZER_COMPLETE='complete_bash', COMP_WORDS='gpusizer compare a10', COMP_CWORD='2')\n"
         "sys.argv = ['gpusizer']\n"
+        "import atexit\n"
+        "def facts():\n"  # (at exit: the console script ends its process once the command is done)
+        "    heavy = [m for m in sys.modules if m.startswith(('gpusizer.domain', 'gpusizer.memory',"
+        " 'gpusizer.performance', 'gpusizer.ranking', 'gpusizer.api', 'gpusizer.hardware'))]\n"
+        "    print('HEAVY', heavy, file=sys.stderr)\n"
+        "atexit.register(facts)\n"
         "from gpusizer.cli import main\n"
-        "try:\n    main()\nexcept SystemExit:\n    pass\n"
-        "heavy = [m for m in sys.modules if m.startswith(('gpusizer.domain', 'gpusizer.memory', 'gpusizer.performance',"
-        " 'gpusizer.ranking', 'gpusizer.api', 'gpusizer.hardware'))]\n"
-        "print('HEAVY', heavy, file=sys.stderr)\n"
+        "main()\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert "a100-sxm4-80gb" in proc.stdout.split(), proc.stdout

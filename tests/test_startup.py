@@ -19,10 +19,11 @@ import typer.main
 from gpusizer.cli import root
 from gpusizer.cli.root import _CoerceWhenGiven, app
 
-#: Runs ``gpusizer ARGS`` through the console script's entry point, stdout to a buffer, then
-#: prints a JSON object of facts about the process to the real stdout.
+#: Runs ``gpusizer ARGS`` through the console script's entry point, stdout to a buffer, and
+#: as the process ends (the console script ends it itself once the command is done: an
+#: ``atexit`` function still runs) prints a JSON object of facts about it to the real stdout.
 _PROBE = """
-import contextlib, functools, gc, io, json, sys
+import atexit, contextlib, functools, gc, io, json, sys
 import gpusizer.datafiles as datafiles
 parsed = []
 _parse = datafiles._load_yaml_text.__wrapped__
@@ -31,15 +32,14 @@ def counted(text, origin):
     return _parse(text, origin)
 datafiles._load_yaml_text = functools.cache(counted)
 sys.argv = ["gpusizer", *ARGS]
-from gpusizer.cli import main
 out = io.StringIO()
-try:
-    with contextlib.redirect_stdout(out):
-        main()
-except SystemExit as exc:
-    code = exc.code
-print(json.dumps({"exit": code, "modules": sorted(sys.modules), "parsed": parsed, "gc": gc.isenabled(),
-                  "frozen": gc.get_freeze_count(), "stdout": out.getvalue()}))
+def facts():
+    sys.__stdout__.write(json.dumps({"modules": sorted(sys.modules), "parsed": parsed, "gc": gc.isenabled(),
+                                     "frozen": gc.get_freeze_count(), "stdout": out.getvalue()}) + "\\n")
+atexit.register(facts)
+from gpusizer.cli import main
+with contextlib.redirect_stdout(out):
+    main()
 """
 
 
@@ -47,8 +47,8 @@ def _probe(tmp_path: Path, *args: str) -> dict:
     env = {**os.environ, "GPUSIZER_CACHE_DIR": str(tmp_path / "cache"), "COLUMNS": "80"}
     env.pop("GPUSIZER_NO_CACHE", None)
     code = _PROBE.replace("ARGS", repr(list(args)))
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
-    return json.loads(run.stdout.splitlines()[-1])
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False)
+    return {**json.loads(run.stdout.splitlines()[-1]), "exit": run.returncode}
 
 
 def test_catalog_list_loads_no_engine_and_no_rich_console(tmp_path: Path) -> None:
@@ -120,3 +120,23 @@ def test_catalog_list_writes_what_rich_prints(cli, width: int, fits: bool) -> No
     from rich.cells import cell_len
 
     assert (max(map(cell_len, lines.plain.splitlines())) <= width) == fits  # (which path it took)
+
+
+@pytest.mark.parametrize(("args", "code"), [
+    (("catalog", "list", "--json"), 0),
+    (("catalog", "show", "no-such-gpu", "--json"), 2),
+    (("recommend", "--workload", "cnn", "--top", "60", "--json"), 0),
+])
+def test_the_console_script_ends_with_its_exit_code_and_all_its_output(tmp_path: Path, args: tuple[str, ...],
+                                                                       code: int) -> None:
+    """The console script ends its process itself once the command is done (no interpreter
+    teardown): the exit code is the command's and every byte written reaches the pipe."""
+    env = {**os.environ, "GPUSIZER_CACHE_DIR": str(tmp_path / "cache")}
+    run = subprocess.run([sys.executable, "-m", "gpusizer", *args], capture_output=True, text=True, env=env,
+                         cwd=tmp_path, check=False)
+    assert run.returncode == code, run.stderr
+    doc = json.loads(run.stdout)  # (whole: a cut document does not parse)
+    if code == 0:
+        assert len(doc["results"] if args[0] == "catalog" else doc["results"]["ranked"]) > 50
+    else:
+        assert doc["error"]["exit_code"] == 2 and run.stderr.startswith("Error: unknown GPU 'no-such-gpu'")

@@ -116,7 +116,7 @@ class NodeChoice(BaseModel):
     """The GPU, GPUs per node and link topology of a run: from a named system or from the
     GPU and count given (the topology then follows the GPU's defaults inside the engine)."""
 
-    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True, defer_build=True)
 
     gpu: str
     gpus: int

@@ -11,28 +11,38 @@ keeping tables of its own; ``tests/test_architecture.py`` guards that.
 
 from __future__ import annotations
 
-from gpusizer.domain.parallelism import Parallelism, Sharding, sharding
-from gpusizer.domain.precision import (
-    Precision,
-    Storage,
-    precision_spec,
-    storage_precision,
-)
-from gpusizer.domain.run import RunConfig, make_run_config
-from gpusizer.domain.shape import CnnShape, ModelShape, RnnShape, TransformerShape
+import importlib
 
-__all__ = [
-    "CnnShape",
-    "ModelShape",
-    "Parallelism",
-    "Precision",
-    "RnnShape",
-    "RunConfig",
-    "Sharding",
-    "Storage",
-    "TransformerShape",
-    "make_run_config",
-    "precision_spec",
-    "sharding",
-    "storage_precision",
-]
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from gpusizer.domain.parallelism import Parallelism as Parallelism
+    from gpusizer.domain.parallelism import Sharding as Sharding
+    from gpusizer.domain.parallelism import sharding as sharding
+    from gpusizer.domain.precision import Precision as Precision
+    from gpusizer.domain.precision import Storage as Storage
+    from gpusizer.domain.precision import precision_spec as precision_spec
+    from gpusizer.domain.precision import storage_precision as storage_precision
+    from gpusizer.domain.run import RunConfig as RunConfig
+    from gpusizer.domain.run import make_run_config as make_run_config
+    from gpusizer.domain.shape import CnnShape as CnnShape
+    from gpusizer.domain.shape import ModelShape as ModelShape
+    from gpusizer.domain.shape import RnnShape as RnnShape
+    from gpusizer.domain.shape import TransformerShape as TransformerShape
+
+#: Which module holds each name: importing one module of the package (the model zoo needs
+#: only ``shape``) does not import the others, whose precision tables are built on import.
+_HOMES: dict[str, str] = {
+    **dict.fromkeys(("Parallelism", "Sharding", "sharding"), "parallelism"),
+    **dict.fromkeys(("Precision", "Storage", "precision_spec", "storage_precision"), "precision"),
+    **dict.fromkeys(("RunConfig", "make_run_config"), "run"),
+    **dict.fromkeys(("CnnShape", "ModelShape", "RnnShape", "TransformerShape"), "shape"),
+}
+
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name: str) -> object:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'gpusizer.domain' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"gpusizer.domain.{home}"), name)

@@ -55,7 +55,7 @@ DEFAULT_RANK = 16
 class Adapter(BaseModel):
     """Low-rank adapters on a frozen base: LoRA, or QLoRA (a 4-bit NF4 base)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     rank: int = Field(ge=1, le=65_536)
     #: the projections that get adapters (see the module docstring)

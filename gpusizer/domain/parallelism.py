@@ -70,7 +70,7 @@ class Parallelism(BaseModel):
     """The parallel degrees of a run. Its GPUs are ``tp * pp * cp * dp``; ``ep`` ranks are
     data-parallel (or context-parallel) ranks that split the experts among them."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     #: data-parallel replicas (the ZeRO/FSDP shard count, times cp, when zero_stage > 0)
     dp: int = Field(default=1, ge=1, le=1 << 16)
@@ -195,7 +195,7 @@ def _layout(cls: type[Parallelism], strategy: str, gpus: int, *, tp: int | None,
 class Sharding(BaseModel):
     """What one GPU holds: each quantity is divided by its divisor."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     #: the dense weights' (attention, embeddings, dense MLPs) divisors
     weights: int = Field(ge=1)

@@ -64,7 +64,7 @@ def nf4_bytes_per_weight(*, double_quant: bool) -> float:
 class Storage(BaseModel):
     """What a storage precision keeps per element. Bytes are per element."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     #: bytes per stored weight (0.5 = 4 bits)
     weight_bytes: float = Field(gt=0)
@@ -90,7 +90,7 @@ class Storage(BaseModel):
 class Precision(BaseModel):
     """What one precision stores and computes on. Bytes are per element."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     name: PrecisionName
     #: one line for help texts and reports
@@ -230,7 +230,7 @@ def kv_element_bytes(kv_cache: str, activation_bytes: float) -> float:
 class WeightFormat(BaseModel):
     """A published weight format: its bits per weight, scales included, and what it covers."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     name: str
     #: bits per quantised weight, block scales and zero points included

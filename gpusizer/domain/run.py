@@ -45,7 +45,7 @@ class RunConfig(BaseModel):
     ``gpus`` GPUs is the parallelism (:attr:`parallelism`).
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     mode: Mode = "train"
     precision: StoragePrecision = "mixed"

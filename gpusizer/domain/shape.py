@@ -27,7 +27,7 @@ GATED_MLPS: tuple[str, ...] = ("swiglu", "geglu", "geglu_new")
 
 Kind = Literal["cnn", "rnn", "encoder", "encoder-decoder", "decoder", "unknown"]
 TransformerKind = Literal["encoder", "encoder-decoder", "decoder"]
-_FROZEN = ConfigDict(frozen=True, extra="forbid")
+_FROZEN = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
 
 #: How adapters reach a mixture of experts' routed experts (TransformerShape.expert_adapters).
@@ -255,7 +255,7 @@ Arch = TransformerShape | CnnShape | RnnShape
 class ModelShape(BaseModel):
     """What the memory and performance models need of a model."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     name: str
     #: every parameter (weights are counted for all of them)

@@ -25,7 +25,7 @@ class ModelSource(BaseModel):
     """The model exact mode builds: a Hugging Face config (a local file, or one read
     from the Hub into ``path``), or a Python callable that returns an ``nn.Module``."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     kind: SourceKind
     #: the config.json path, the Hub repo id, or MODULE:CALLABLE
@@ -107,7 +107,7 @@ def check_traceable(cfg: RunConfig) -> None:
 class ExactTrace(BaseModel):
     """Live tensor bytes of one traced step, split by what holds them."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     model_class: str
     params: int

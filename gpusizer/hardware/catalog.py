@@ -539,7 +539,7 @@ class DerivationRule(BaseModel):
     ratio_of: DerivableField | None = None
     per_clock_of: UnitField | None = None
     factor: float = Field(gt=0, le=100_000)
-    when: RuleScope = RuleScope()
+    when: RuleScope = Field(default_factory=RuleScope)  # (not RuleScope(): that builds its validator on import)
     #: entries the rule does not apply to, each with the reason
     exceptions: dict[str, str] = Field(default_factory=dict)
     #: how far (relative) a sourced value may be from the rule: datasheets round
@@ -835,13 +835,16 @@ def _check_catalog(gpus: Sequence[Gpu], origins: dict[str, str] | None = None) -
 
 @functools.cache
 def _load_cached(paths: tuple[str, ...], cache_dir: Path | None) -> Catalog:
+    """The catalog of these files with the derivation rules applied: from the validated-catalog
+    cache, which holds it derived (so a run that finds it there reads no rules), else read,
+    validated and derived, and then cached."""
     folder = datafiles.usable_cache_dir(cache_dir)
     cached = _validated_cache_path(paths, folder)
     if cached is not None:
         gpus = _construct_gpu(datafiles.read_cache(cached, cached.stem.removeprefix("catalog-")), str(cached))
         if gpus is not None:
             return Catalog.model_construct(gpus=gpus, files=paths)
-    catalog = datafiles.read_retrying_uncached(_read_files, paths, folder)
+    catalog = derive_catalog(datafiles.read_retrying_uncached(_read_files, paths, folder), folder)
     if cached is not None and _validated_cache_path(paths, folder) == cached:
         # (the files did not change while they were being read and validated)
         datafiles.write_cache(cached, cached.stem.removeprefix("catalog-"),
@@ -858,11 +861,12 @@ def _read_files(paths: tuple[str, ...], cache_dir: Path | None, refresh: bool = 
 
 
 def _validated_cache_path(paths: Sequence[str], cache_dir: Path | None) -> Path | None:
-    """Where the validated catalog for exactly these files is cached.
+    """Where the validated, derived catalog for exactly these files is cached.
 
-    The key covers the bytes of every file in order, this module's own source
-    (so a changed schema or validator never meets an old dump), and the versions
-    of gpusizer and pydantic. A dump is written only after full validation, and
+    The key covers the bytes of every file in order, the derivation rules
+    (``derivations.yaml``), this module's own source (so a changed schema,
+    validator or rule logic never meets an old dump), and the versions of
+    gpusizer and pydantic. A dump is written only after full validation, and
     validated again when it is read (:func:`_construct_gpu`).
     """
     if cache_dir is None:
@@ -871,8 +875,11 @@ def _validated_cache_path(paths: Sequence[str], cache_dir: Path | None) -> Path 
 
     from gpusizer import __version__
 
+    rules = datafiles.read_bytes_or_none(datafiles.bundled_path("derivations.yaml"))
+    if rules is None:
+        return None  # (as for a catalog file: the normal path reports it)
     parts = [datafiles.CACHE_FORMAT, __version__.encode(), PYDANTIC_VERSION.encode(),
-             datafiles.read_bytes_or_none(Path(__file__)) or b""]
+             datafiles.read_bytes_or_none(Path(__file__)) or b"", rules]
     for path in paths:
         data = datafiles.read_bytes_or_none(Path(path))
         if data is None:
@@ -903,4 +910,4 @@ def load_catalog(extra: Sequence[str | Path] = (), cache_dir: Path | None = None
     see ``datafiles`` for what makes a cache file usable.
     """
     paths = (str(bundled_catalog_path()), *(str(Path(p)) for p in extra))
-    return derive_catalog(_load_cached(paths, cache_dir), cache_dir)
+    return _load_cached(paths, cache_dir)

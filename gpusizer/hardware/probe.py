@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 #: What to do about a GPU the catalog does not know, in plain words (the CLI names the option).
 EMIT_CATALOG_HINT = "have 'gpusizer probe' emit a starter catalog entry for it and fill that in from the datasheet"
 
-_FROZEN = ConfigDict(frozen=True, extra="forbid")
+_FROZEN = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
 
 class NvLink(BaseModel):
@@ -239,7 +239,7 @@ def build_pairs(
 
 
 class CatalogMatch(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     gpu_id: str
     gpu_name: str
@@ -250,7 +250,7 @@ class CatalogMatch(BaseModel):
 
 
 class DeviceReport(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     device: DeviceSnapshot
     match: CatalogMatch | None = None
@@ -260,7 +260,7 @@ class DeviceReport(BaseModel):
 
 
 class ProbeReport(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     host: HostSnapshot
     devices: tuple[DeviceReport, ...]

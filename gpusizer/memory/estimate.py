@@ -85,7 +85,7 @@ class MemoryBreakdown(BaseModel):
     activations are freed during backward while gradients are written, so the
     two are not all live at once (see ``peak_phase``)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     weights_bytes: int
     gradients_bytes: int
@@ -120,7 +120,7 @@ class Stage(BaseModel):
     (Megatron-LM's default); the first also holds the embedding, the last the final norm and
     the output head (with tied embeddings a copy of the embedding, as Megatron-LM keeps)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     index: int
     stages: int
@@ -679,7 +679,7 @@ def activation_bytes(shape: ModelShape, cfg: RunConfig, stage: Stage | None = No
 class Trainable(BaseModel):
     """The parameters a run trains, and the bytes of their gradients and optimizer state."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     params: int
     grad_bytes: int | None
@@ -953,7 +953,7 @@ class _State(BaseModel):
     """Weights, gradients and optimizer state one GPU holds, and what else is
     live for the whole step (gathered layers, gradient buckets)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     weights: int
     grads: int

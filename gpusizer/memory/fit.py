@@ -47,7 +47,7 @@ class Capacity(BaseModel):
     """The memory a GPU offers to the run: the datasheet size, what the probe saw
     free, or a size the user gave for a card that is not in the catalog."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     gpu: Gpu | None
     label: str
@@ -56,7 +56,7 @@ class Capacity(BaseModel):
 
 
 class GpuFit(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     gpu_id: str | None
     gpu_name: str
@@ -82,7 +82,7 @@ class Remedy(BaseModel):
     """A change to the run that makes it fit on a GPU checked, where the run as given fits on
     none: the change in command-line words and what the same memory model says of it."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     #: the options that make the change, e.g. ("--checkpointing", "--loss chunked")
     options: tuple[str, ...]
@@ -95,7 +95,7 @@ class Remedy(BaseModel):
 
 
 class FitReport(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     model_name: str
     params: int

@@ -63,7 +63,7 @@ MAX_TP = NODE_GPUS
 class ServingCapacity(BaseModel):
     """What one GPU of a tensor-parallel group holds when serving, and the concurrency."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     tp: int
     context_tokens: int
@@ -103,7 +103,7 @@ class KvCacheGroups(BaseModel):
     """How vLLM's hybrid KV-cache manager groups a model's layers: ``full`` and ``sliding``
     groups of ``group_size`` layer slots each (padded where a type's layers do not divide)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     group_size: int
     full: int
@@ -191,7 +191,7 @@ def serving_capacity(
 class ServingPlan(BaseModel):
     """The fewest GPUs (one tensor-parallel group) that serve ``users`` sequences at once."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     users: int = Field(ge=1)
     #: None: no tensor-parallel size the model allows reaches the users

@@ -27,7 +27,7 @@ TRANSFORMER_KINDS = ("encoder", "encoder-decoder", "decoder")
 class Model(BaseModel):
     """One model. Unknown values are null; every figure is covered by a source."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     id: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]*$")
     name: str
@@ -172,7 +172,7 @@ class Model(BaseModel):
 
 
 class Zoo(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     models: tuple[Model, ...]
 

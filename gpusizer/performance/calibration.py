@@ -31,7 +31,7 @@ WORKLOAD_CLASSES: tuple[str, ...] = get_args(WorkloadClass)
 class Interconnect(BaseModel):
     """One link or network (data/interconnects.yaml). Bandwidth per direction."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     id: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
     name: str
@@ -55,7 +55,7 @@ class PciePath(BaseModel):
     """How GPUs exchange data over PCIe: peer-to-peer through a PCIe switch or through the CPU's
     root complex, or without P2P, staged through host memory (NCCL's SHM transport)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     path: Literal["switch", "root-complex", "none"]
     #: achieved fraction of the PCIe link's per-direction rate for a NCCL ring (bus bandwidth)
@@ -72,7 +72,7 @@ class P2pDefault(BaseModel):
     """A rule for the PCIe P2P path of a GPU when no system says: the first rule whose every
     given field matches applies."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     vendors: tuple[str, ...] = ()
     segments: tuple[str, ...] = ()
@@ -88,7 +88,7 @@ class P2pDefault(BaseModel):
 
 
 class Interconnects(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     schema_version: int = 1
     collective_base_latency_us: float = Field(ge=0)
@@ -155,7 +155,7 @@ def out_of_range(entry: Efficiency) -> tuple[str, ...]:
 class Efficiency(BaseModel):
     """Calibrated efficiencies for one workload class on one architecture generation."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     workload: WorkloadClass
     #: a key of Calibration.generations, or "all" (the class's fallback)
@@ -207,7 +207,7 @@ class Efficiency(BaseModel):
 class Calibration(BaseModel):
     """data/calibration.yaml: written by benchmarks/calibrate.py."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     schema_version: int = 1
     fitted_by: str

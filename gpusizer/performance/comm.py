@@ -18,7 +18,7 @@ from gpusizer.performance.topology import Topology, node_topology
 class Link(BaseModel):
     """The effective path for a collective: bus bandwidth and per-step latency."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     label: str
     bandwidth_gb_s: float

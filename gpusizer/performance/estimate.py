@@ -92,7 +92,7 @@ FP32_LANES_PER_SM: dict[str, int] = {
 class PerfEstimate(BaseModel):
     """Predicted speed of one run. Times are per optimizer/decode step of one GPU."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     #: whole cluster (all GPUs x nodes)
     throughput_per_s: float
@@ -371,7 +371,7 @@ def _error_band(cal: Calibration, st: StepTime) -> float:
 class _Layout(BaseModel):
     """Where a run's GPUs sit and how they are linked."""
 
-    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True, defer_build=True)
 
     gpu: Gpu
     gpus_per_node: int
@@ -383,7 +383,7 @@ class _Layout(BaseModel):
 class _Comm(BaseModel):
     """Communication of one step: its time, the part the step waits for, and the link."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     comm_s: float = 0.0
     exposed_s: float = 0.0

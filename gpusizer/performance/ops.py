@@ -21,7 +21,7 @@ from gpusizer import datafiles
 from gpusizer.domain.precision import precision_spec
 from gpusizer.errors import DataFileError
 
-_FROZEN = ConfigDict(frozen=True, extra="forbid")
+_FROZEN = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
 Count = Annotated[int, Field(ge=1, le=100_000)]
 Amount = Annotated[int, Field(ge=0, le=10**15)]

@@ -23,7 +23,7 @@ from gpusizer.performance.work import workload_class
 
 
 class BatchChoice(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     batch: int
     #: the largest per-GPU batch that fits (memory.largest_batch); null if none fits
@@ -85,7 +85,7 @@ def default_batch(
 
 
 class ScalingPoint(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     gpus_per_node: int
     nodes: int
@@ -137,7 +137,7 @@ def scaling_curve(
 
 
 class TrainingTime(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     work_amount: float
     work_unit: str

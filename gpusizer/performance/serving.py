@@ -29,7 +29,7 @@ MAX_SEARCH_CONCURRENCY = 4096
 class ServingSpeed(BaseModel):
     """Latency and throughput of ``concurrency`` sequences decoding at once."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     concurrency: int
     context_tokens: int

@@ -41,7 +41,7 @@ NO_NETWORK = "no network given for a multi-node run"
 class Topology(BaseModel):
     """The links a run's collectives use. ``assumed`` lists, in words, every default applied."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     fabric: FabricKind
     #: the PCIe peer-to-peer path, for rings with PCIe hops (fabric pcie or nvlink-bridge)

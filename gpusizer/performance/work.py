@@ -57,7 +57,7 @@ GEMV_MAX_BATCH = 8
 class Work(BaseModel):
     """What one GPU does in one step, before any efficiency is applied."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     workload: str
     unit: Literal["images/s", "sequences/s", "tokens/s"]
@@ -160,7 +160,7 @@ def _embedding_bytes(m: TransformerShape, storage: str) -> float:
 class _Flow(BaseModel):
     """The model-specific part of a step: FLOPs, the weight stream and its unit."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     flops: float
     weights_read: float
@@ -177,7 +177,7 @@ class _Flow(BaseModel):
 class _Step(BaseModel):
     """What every flow needs to know about the step."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     cfg: RunConfig
     spec: Precision

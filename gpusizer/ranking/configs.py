@@ -11,11 +11,11 @@ from pydantic import BaseModel, ConfigDict
 from gpusizer.hardware.catalog import Price
 
 Objective = Literal["budget", "deadline", "max-cost", "budget-per-hour"]
-_FROZEN = ConfigDict(frozen=True)
+_FROZEN = ConfigDict(frozen=True, defer_build=True)
 
 
 class PlanRequest(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     objective: Objective
     budget_usd: float | None = None

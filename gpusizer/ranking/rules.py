@@ -148,7 +148,7 @@ def _check_message(message: str) -> str:
 # --------------------------------------------------------------------------
 # models
 
-_FROZEN = ConfigDict(frozen=True, extra="forbid")
+_FROZEN = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 RuleId = typing.Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_-]*$", max_length=64)]
 
 
@@ -232,7 +232,7 @@ class _Rule(BaseModel):
     message: str = Field(min_length=3)
     #: the claim in the source documents this rule encodes (null: our judgement)
     source: str | None = None
-    when: When = When()
+    when: When = Field(default_factory=When)  # (not When(): that builds its validator on import)
     enabled: bool = True
 
     @field_validator("message")
@@ -356,7 +356,7 @@ class Workload(BaseModel):
 class RuleSet(BaseModel):
     """The merged, validated rules: ``workloads[name]`` and ``requirements[name]``."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     workloads: dict[str, Workload]
     requirements: dict[str, Requirement]

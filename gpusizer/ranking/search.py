@@ -64,7 +64,7 @@ from gpusizer.units import NA, format_bytes, show_bool
 DEFAULT_TOP = 10
 
 
-_FROZEN = ConfigDict(frozen=True)
+_FROZEN = ConfigDict(frozen=True, defer_build=True)
 
 
 # --------------------------------------------------------------------------
@@ -120,7 +120,7 @@ def candidates_from_probe(report: Any) -> tuple[tuple[Candidate, ...], tuple[str
 class RecommendRequest(BaseModel):
     """What the user asked. Values are checked by :func:`recommend` (UsageError)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     workload: str
     #: None: the workload's default from the rules file
