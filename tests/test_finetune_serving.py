@@ -199,7 +199,7 @@ def test_serve_checks_nvidia_gpus_unless_another_vendor_is_asked_for(cli_json):
     assert not any("ROCm" in n for n in default["notes"])
     every = cli_json(*args, "--vendor", "any")
     assert len(every["results"]["rows"]) == len(cat.gpus)
-    caveat = [n for n in every["notes"] if n.startswith("AMD GPUs listed")]
+    caveat = [n for n in every["notes"] if n.startswith("AMD GPUs checked")]
     assert len(caveat) == 1 and "ROCm" in caveat[0] and "calibrated" not in caveat[0]
     amd = cli_json(*args, "--vendor", "AMD")
     assert {vendor[r["gpu_id"]] for r in amd["results"]["rows"]} == {"amd"}
@@ -226,7 +226,9 @@ def test_serve_shows_the_first_gpu_types_and_counts_the_rest(cli, cli_json):
     first = sorted(serving, key=lambda r: (r["gpus"], -r["max_concurrency"]))[:3]
     assert listed == [r["gpu_id"] for r in first]
     assert (f"Not shown: {len(serving) - 3} more GPU types that serve and {len(rows) - len(serving)} that "
-            "cannot hold it") in " ".join(text.split())
+            "do not") in " ".join(text.split())
+    one = cli("serve", "--model", "llama-3-8b", "--vendor", "intel", "--top", "1").stdout
+    assert "Not shown: 1 more GPU type that serves (--top 2" in " ".join(one.split())
     named = cli("serve", "--model", "llama-3-70b", "--users", "32", "--gpu", "h100", "--gpu", "rtx-4090").stdout
     assert "Not shown" not in named and "rtx-4090" in named
 

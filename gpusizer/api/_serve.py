@@ -88,7 +88,7 @@ def serve(
     names = [gpu] if isinstance(gpu, str) else list(gpu or ())
     resolved = (cat.resolve_many(names) if names
                 else [cat.resolve(g.id) for g in cat.gpus if vendor_wanted(vendor, g)])
-    notes = [*(r.note for r in resolved if r.note), *vendor_notes([r.gpu for r in resolved], speeds=False)]
+    notes = [*(r.note for r in resolved if r.note), *vendor_notes([r.gpu for r in resolved], speeds=False, verb="checked")]
     rows = []
     for res in resolved:
         g = res.gpu

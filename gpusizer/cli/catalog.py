@@ -42,7 +42,7 @@ def catalog_list(
         str | None, typer.Option(metavar="SEGMENT", rich_help_panel=CONSTRAINTS, help="datacenter, workstation or consumer.", show_default=False)
     ] = None,
     arch: Annotated[str | None, typer.Option(metavar="ARCH", rich_help_panel=CONSTRAINTS, help="Architecture, e.g. ampere, hopper.")] = None,
-    vendor: Annotated[str | None, typer.Option(metavar="VENDOR", rich_help_panel=CONSTRAINTS, help="nvidia, amd or intel.", show_default=False)] = None,
+    vendor: Annotated[str | None, typer.Option(metavar="VENDOR", rich_help_panel=CONSTRAINTS, help="nvidia, amd or intel (default: all).", show_default=False)] = None,
     min_memory: Annotated[float | None, typer.Option(metavar="GIB", rich_help_panel=CONSTRAINTS, help="Minimum memory in GiB.", min=0)] = None,
     ecc: Annotated[bool | None, typer.Option(
         "--ecc/--no-ecc", rich_help_panel=CONSTRAINTS, help="Only GPUs whose ECC can be on (always, or a driver setting), or only those without.",

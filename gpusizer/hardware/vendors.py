@@ -39,14 +39,15 @@ def vendor_wanted(vendor: str, gpu: Gpu) -> bool:
     return vendor == "any" or gpu.vendor == vendor
 
 
-def vendor_notes(gpus: Sequence[Gpu], speeds: bool = True) -> tuple[str, ...]:
-    """The software-stack caveat, once per non-NVIDIA vendor among the listed GPUs; ``speeds``:
-    the listing shows modelled speeds, so say where their constants come from."""
+def vendor_notes(gpus: Sequence[Gpu], speeds: bool = True, verb: str = "listed") -> tuple[str, ...]:
+    """The software-stack caveat, once per non-NVIDIA vendor among ``gpus`` (those ``verb``:
+    listed, or checked); ``speeds``: the listing shows modelled speeds, so say where their
+    constants come from."""
     vendors = sorted({g.vendor for g in gpus if g.vendor != "nvidia"})
     calibration = (". Their speeds come from constants calibrated on NVIDIA GPUs only, with a widened error band"
                    if speeds else "")
     return tuple(
-        f"{VENDOR_NAMES.get(vendor, vendor)} GPUs listed "
+        f"{VENDOR_NAMES.get(vendor, vendor)} GPUs {verb} "
         f"({', '.join(g.id for g in gpus if g.vendor == vendor)}): CUDA-only code (custom CUDA kernels, "
         f"CUDA-only libraries) does not run on them; they need {SOFTWARE_STACK.get(vendor, 'their own software stack')}"
         f"{calibration}"

@@ -278,7 +278,9 @@ class Calibration(BaseModel):
             raise DataFileError(f"calibration.yaml: no efficiency for workload {workload!r} (generation 'all')",
                                 hint="rerun benchmarks/calibrate.py --write")
         band = self.error_band * UNCOVERED_BAND_FACTOR
-        who = vendor.upper() if vendor == "amd" else vendor.capitalize()
+        from gpusizer.hardware.vendors import VENDOR_NAMES
+
+        who = VENDOR_NAMES.get(vendor, vendor)
         note = (f"no calibration data for {who} GPUs ({architecture}): every {workload} measurement behind the "
                 f"constants is from NVIDIA GPUs; using the 'all' constants ({used.compute_efficiency:.0%} of peak "
                 f"compute) on the {who} peak rates; the error band is widened to {band:.0%}")

@@ -17,9 +17,9 @@ import math
 import string
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from gpusizer.choices import SORTS, Mode
 from gpusizer.domain.parallelism import (
@@ -149,7 +149,8 @@ class RecommendRequest(BaseModel):
     require: tuple[str, ...] = ()
     segments: tuple[str, ...] = ()
     #: whose GPUs to consider: nvidia (the default), amd, intel, or any
-    vendor: str = DEFAULT_VENDOR
+    #: whose GPUs: a vendor or "any", in any case (kept in lower case)
+    vendor: Annotated[str, BeforeValidator(lambda v: v.lower() if isinstance(v, str) else v)] = DEFAULT_VENDOR
     top: int | None = DEFAULT_TOP
     sort: str = "speed"
     #: GPUs to explain, once each as (catalog id, the name as given): why they are not first, or excluded
@@ -958,7 +959,7 @@ def _constraints_applied(run: _Run, memory_needed: int | None) -> tuple[str, ...
     applied += [f"requirement {n}: {r.test.describe()}" for n, r in run.requirements.items()]
     if req.segments:
         applied.append(f"segments {', '.join(req.segments)}")
-    if req.vendor != "nvidia":  # the default, NVIDIA only, is not listed
+    if req.vendor != DEFAULT_VENDOR:  # the default, NVIDIA only, is not listed
         applied.append(f"vendor {req.vendor}")
     if req.budget_usd is not None:
         applied.append(f"budget ${req.budget_usd:,.0f} for {gpus} (street prices, else launch prices)")

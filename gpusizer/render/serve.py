@@ -41,14 +41,16 @@ def serve_table(res: ServeResults, width: int | None = None, top: int | None = N
 
 
 def left_out_line(res: ServeResults, top: int | None) -> str | None:
-    """What the table left out, counted: GPU types that serve and that do not."""
+    """What the table left out, counted: GPU types that serve and that do not (as the
+    verdict's "serves on X of Y")."""
     shown = {r.gpu_id for r in shown_rows(res, top)}
     rest = [r for r in res.rows if r.gpu_id not in shown]
     if not rest:
         return None
     serving = sum(r.gpus is not None for r in rest)
-    parts = ([f"{serving} more GPU type{'s' if serving != 1 else ''} that serve"] if serving else []) + (
-        [f"{len(rest) - serving} that cannot hold it"] if len(rest) > serving else [])
+    others = len(rest) - serving
+    parts = ([f"{serving} more GPU type{'s' if serving != 1 else ''} that serve{'s' if serving == 1 else ''}"]
+             if serving else []) + ([f"{others} that do{'es' if others == 1 else ''} not"] if others else [])
     return f"Not shown: {' and '.join(parts)} (--top {len(res.rows)} or --json lists them)."
 
 
