@@ -10,8 +10,9 @@ rates 1.155x, bandwidth 1.34x), a pair no published table measures side by side.
 Data: the 12 single-GPU ResNet-50 AMP rows of Lambda's PyTorch benchmark in
 tests/data/perf_refs.yaml (one harness: NGC container, DeepLearningExamples, synthetic data).
 For each law, throughput = a * rate1^b * rate2^c is fitted by least squares on logarithms, and
-its leave-one-GPU-out error is reported next to its in-sample error. The laws' predictions for
-GPUs outside the data (RTX 4080, 5080, 5090) are then compared with the shipped model's, and
+its leave-one-GPU-out error is reported next to its in-sample error. The laws' ratios for GPUs
+outside the data (RTX 5080 / 4080, RTX 5090 / the 4090, which is in it) are then compared with
+the shipped model's, and
 with the published RTX 5090 / RTX 4090 ratio of tests/data/perf_refs_unseen.yaml (timm, batch
 256), which no law or constant here was fitted on.
 
@@ -39,6 +40,7 @@ from gpusizer.models.zoo import load_zoo  # noqa: E402
 from gpusizer.performance.calibration import load_calibration  # noqa: E402
 
 HARNESS = "PyTorch NGC 22.09+ container"
+#: the GPUs of the two ratios reported (the 4090 is in the data; the others are not)
 OUTSIDE = ("rtx-4080", "rtx-5080", "rtx-4090", "rtx-5090")
 
 #: each law's two rates, by name: the datasheet figures it multiplies
