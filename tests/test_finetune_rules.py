@@ -146,11 +146,11 @@ def test_weight_offload_under_fsdp_streams_the_gathered_layers_once():
     ("strategy", "precision", "gpus", "tp", "bucket"),
     [
         ("zero3", "bf16", 8, None, 1_000_000_000),   # 5e8 elements x 2 bytes (bf16 mode)
-        ("zero2", "mixed", 4, None, 1_000_000_000),  # AMP: DeepSpeed's 16-bit working copy
+        ("zero2", "mixed", 4, None, 1_000_000_000),  # AMP runs as DeepSpeed's 16-bit mode: 16-bit gradients
         ("zero1", "fp32", 2, None, 2_000_000_000),   # fp32 training: 4 bytes an element
         ("fsdp", "bf16", 8, None, 0),                # PyTorch FSDP has no such bucket
         ("ddp", "bf16", 8, None, 0),
-        ("zero3", "bf16", 1, None, 0),               # one GPU: nothing to reduce
+        ("zero3", "bf16", 1, None, 1_000_000_000),   # one GPU too: allocated whatever the world size
         ("zero1", "bf16", 8, 2, 0),                  # with tp: Megatron-Core's distributed optimizer
     ],
 )

@@ -264,7 +264,7 @@ LoraOpt = Annotated[int | None, typer.Option(
 QloraOpt = Annotated[bool, typer.Option(
     "--qlora", rich_help_panel=RUN,
     help="QLoRA: the frozen base's linear layers in 4-bit NF4 with blockwise absmax (double quantised "
-         "unless --no-double-quant); adapters as --lora (rank 16 unless given).")]
+         "unless --no-double-quant), as bitsandbytes stores it; adapters as --lora (rank 16 unless given).")]
 LoraTargetsOpt = Annotated[str, typer.Option(
     "--lora-targets", metavar="LAYERS", rich_help_panel=RUN,
     help="Which linear layers get adapters: all-linear (default, every linear but the output "
@@ -344,5 +344,5 @@ def _local_report(cli_files: list[Path] | None) -> Any:
     return match_catalog(read_host(), _load_catalog(cli_files))
 
 VendorOpt = Annotated[str, typer.Option(
-    "--vendor", metavar="VENDOR", rich_help_panel=CONSTRAINTS, help="Whose GPUs to consider: nvidia (the default), amd, intel or any. AMD and Intel parts need ROCm or the "
+    "--vendor", metavar="VENDOR", rich_help_panel=CONSTRAINTS, help="Whose GPUs to consider: nvidia, amd, intel or any. AMD and Intel parts need ROCm or the "
                      "Gaudi software instead of CUDA, so they are considered only when asked for.")]

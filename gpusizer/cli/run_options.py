@@ -40,7 +40,8 @@ OffloadToOpt = Annotated[OffloadTarget, typer.Option(
     help="Where offloaded state lives: cpu (host RAM, default) or nvme (ZeRO-Infinity).")]
 StrategyOptT = Annotated[Strategy, typer.Option(
     metavar="STRATEGY", rich_help_panel=HARDWARE,
-    help="ddp replicates; zero1/2/3 and fsdp shard over every GPU; tp splits each layer over a node's GPUs.")]
+    help="ddp replicates; zero1/2/3 (DeepSpeed: mixed runs as its 16-bit mode) and fsdp (PyTorch FSDP, "
+         "Hugging Face wrapping) shard over every GPU; tp splits each layer over a node's GPUs.")]
 
 TpOpt = Annotated[int | None, typer.Option(
     "--tp", min=1, max=1024, metavar="N", rich_help_panel=HARDWARE,

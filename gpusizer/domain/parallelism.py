@@ -138,12 +138,6 @@ class Parallelism(BaseModel):
         return self.zero_ranks if self.zero_stage >= 3 else 1
 
     @property
-    def deepspeed_zero(self) -> bool:
-        """DeepSpeed ZeRO (any stage, not FSDP) over several ranks, without model-parallel degrees
-        (with them, the layout is Megatron-Core's distributed optimizer)."""
-        return self.zero_stage >= 1 and not self.fsdp and self.zero_ranks > 1 and not self.model_parallel
-
-    @property
     def replicated_gradients(self) -> bool:
         """Plain DDP: every replica keeps all gradients, plus a bucket copy."""
         return self.zero_ranks > 1 and self.zero_stage == 0
@@ -251,6 +245,16 @@ def tensor_parallel_field(given: bool) -> str:
 def shards_over_replicas(strategy: str) -> bool:
     """Whether more data-parallel ranks hold less of the model state (ZeRO, FSDP)."""
     return Parallelism.of(strategy, 2).zero_stage > 0
+
+
+def runs_deepspeed(strategy: str, degrees: Mapping[str, int | None]) -> bool:
+    """Whether a run of ``strategy`` with the model-parallel ``degrees`` given (tp, pp, cp, ep;
+    None or 1: none) is DeepSpeed ZeRO: a ZeRO strategy (any stage; FSDP is PyTorch's) on any
+    number of GPUs (DeepSpeed allocates its buffers whatever the world size, and ZeRO-Offload on
+    one GPU is its best-known use), without model-parallel degrees (with them, the layout is
+    Megatron-Core's distributed optimizer)."""
+    return (ZERO_STAGE.get(strategy, 0) >= 1 and strategy != "fsdp"
+            and all((d or 1) == 1 for d in degrees.values()))
 
 
 def shards_weights(strategy: str) -> bool:

@@ -85,6 +85,9 @@ class Storage(BaseModel):
     autocast: bool = False
     #: the torch dtype exact mode stores weights in (None: exact mode cannot build it)
     torch_dtype: Literal["float64", "float32", "float16", "bfloat16"] | None = None
+    #: bytes per trained parameter of an fp32 master copy kept with the optimizer state (and
+    #: sharded as it is): DeepSpeed's 16-bit modes (:func:`deepspeed_storage`); 0: none apart
+    master_weight_bytes: int = Field(default=0, ge=0)
 
 
 class Precision(BaseModel):
@@ -304,6 +307,23 @@ def storage_spec(name: str) -> Storage:
     return storage
 
 
+def deepspeed_storage(storage: Storage) -> Storage:
+    """How DeepSpeed ZeRO keeps the model state of a run asked for in AMP (fp32 weights,
+    16-bit math). DeepSpeed refuses torch AMP with ZeRO ("Amp and ZeRO are not currently
+    compatible, please use (legacy) fp16 mode", deepspeed/runtime/engine.py,
+    _do_optimizer_sanity_check), so such a run is DeepSpeed's own 16-bit mode: 16-bit weights
+    and gradients on the GPU, fp32 master weights kept with the optimizer state and sharded
+    with it, and no autocast (the model itself runs in 16 bits). With Adam that is the ZeRO
+    paper's 2 + 2 + 12 bytes a parameter (Rajbhandari et al. 2020, section 3.1, K = 12).
+    Other storage precisions are kept as they are: DeepSpeed trains fp32 as fp32, and
+    gpusizer's pure bf16/fp16 keep no master copy by definition."""
+    if not storage.autocast:
+        return storage
+    half = storage.activation_bytes
+    return storage.model_copy(update={
+        "weight_bytes": half, "grad_bytes": half, "autocast": False, "master_weight_bytes": int(storage.weight_bytes)})
+
+
 def default_precision(mode: str, *, adapters: bool = False) -> StoragePrecision:
     """The precision a run uses when none is given: AMP to train (a frozen 16-bit base
     under adapters), fp16 to serve."""
@@ -348,6 +368,7 @@ __all__ = [
     "PrecisionName",
     "StoragePrecision",
     "check_mode",
+    "deepspeed_storage",
     "default_precision",
     "precision_spec",
     "storage_spec",

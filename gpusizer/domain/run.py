@@ -15,7 +15,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 
 from gpusizer.choices import Logits, LossKind, Mode, Optimizer, OptimizerImpl
 from gpusizer.domain.finetune import Adapter
-from gpusizer.domain.parallelism import Offload, OffloadTarget, Parallelism, Sharding, Strategy, sharding
+from gpusizer.domain.parallelism import (
+    Offload,
+    OffloadTarget,
+    Parallelism,
+    Sharding,
+    Strategy,
+    runs_deepspeed,
+    sharding,
+)
 from gpusizer.domain.precision import (
     WEIGHT_FORMATS,
     KvCache,
@@ -24,6 +32,7 @@ from gpusizer.domain.precision import (
     StoragePrecision,
     WeightFormatName,
     check_mode,
+    deepspeed_storage,
     default_precision,
     precision_spec,
     storage_spec,
@@ -89,6 +98,9 @@ class RunConfig(BaseModel):
     #: GPUs the model is spread over by ``strategy``
     gpus: int = Field(default=1, ge=1, le=1 << 16)
     strategy: Strategy = "ddp"
+    #: a ZeRO strategy keeps model state as DeepSpeed does (:attr:`storage`); the performance
+    #: model turns it off, as its constants were fitted on AMP's layout (not in the input echo)
+    deepspeed_layout: bool = Field(default=True, exclude=True)
     #: tensor-parallel degree; None: every GPU left by pp and cp under strategy "tp", else 1
     tp: int | None = Field(default=None, ge=1, le=1 << 16)
     #: pipeline stages (1F1B), context-parallel ranks, expert-parallel ranks
@@ -149,9 +161,24 @@ class RunConfig(BaseModel):
         return precision_spec(self.precision)
 
     @property
-    def storage(self) -> Storage:
-        """How weights, gradients and optimizer state are stored."""
+    def deepspeed(self) -> bool:
+        """Whether this run is DeepSpeed ZeRO (:func:`.parallelism.runs_deepspeed`)."""
+        return runs_deepspeed(self.strategy, self.layout_degrees)
+
+    @property
+    def precision_storage(self) -> Storage:
+        """How the precision stores weights, gradients and optimizer state (on its own)."""
         return storage_spec(self.precision)
+
+    @property
+    def storage(self) -> Storage:
+        """How this run stores weights, gradients and optimizer state: the precision's way, or,
+        when DeepSpeed ZeRO trains a whole model asked for in AMP, DeepSpeed's 16-bit mode
+        (:func:`.precision.deepspeed_storage`). Adapters keep their own widths."""
+        st = storage_spec(self.precision)
+        if self.training and self.adapter is None and self.deepspeed_layout and self.deepspeed:
+            return deepspeed_storage(st)
+        return st
 
     @property
     def parallelism(self) -> Parallelism:

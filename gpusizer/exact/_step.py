@@ -34,7 +34,7 @@ Progress = Callable[[str], None]
 def storage_dtype(cfg: RunConfig) -> torch.dtype:
     """The dtype the model's weights are stored in: the run's storage precision (AMP keeps
     fp32 weights), for a LoRA run's frozen base too, as the analytic model counts it."""
-    name = cfg.storage.torch_dtype
+    name = cfg.precision_storage.torch_dtype
     if name is None:
         raise UsageError(f"exact mode cannot store weights as {cfg.precision}", field="precision")
     return getattr(torch, name)
@@ -197,7 +197,7 @@ def _train(model: nn.Module, source: ModelSource, cfg: RunConfig, say: Progress)
     tracker = LiveTensorTracker()
     tracker.register_model(model, inputs)
     autocast: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
-    if cfg.storage.autocast or cfg.adapter is not None:
+    if cfg.precision_storage.autocast or cfg.adapter is not None:
         autocast = torch.autocast("cpu", dtype=torch.bfloat16)
     saved_at_forward_end: dict[str, int] = {}
     gpu_like = GpuLike()
@@ -290,7 +290,7 @@ def _infer(model: nn.Module, source: ModelSource, cfg: RunConfig, say: Progress)
             notes.append(f"{type(model).__name__} computes every position's logits (no logits_to_keep)")
     say("forward pass")
     autocast: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
-    if cfg.storage.autocast:
+    if cfg.precision_storage.autocast:
         autocast = torch.autocast("cpu", dtype=torch.bfloat16)
     gpu_like = GpuLike()
     with gpu_like, tracker, torch.no_grad(), autocast:

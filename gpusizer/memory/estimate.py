@@ -30,7 +30,7 @@ from gpusizer.domain.parallelism import (
     tensor_parallel_field,
     within_node,
 )
-from gpusizer.domain.precision import WEIGHT_FORMATS, kv_element_bytes, storage_spec
+from gpusizer.domain.precision import WEIGHT_FORMATS, Storage, kv_element_bytes, storage_spec
 from gpusizer.domain.run import DEFAULT_FRAGMENTATION, RunConfig, make_run_config
 from gpusizer.domain.shape import (
     GATED_MLPS,
@@ -733,12 +733,14 @@ def adafactor_state_elements(shape: ModelShape) -> int:
 
 def weight_bytes(
     shape: ModelShape, precision: str, adapter: Adapter | None = None, weight_format: str | None = None,
+    storage: Storage | None = None,
 ) -> int:
     """Weights; for int8/int4 only the layers' linear weights are quantised,
     embeddings and the output head stay 16-bit (GPTQ, AWQ, LLM.int8 all do this).
     QLoRA stores the same linear layers in NF4 with its absmax constants; adapters
-    add their own fp32 weights."""
-    st = storage_spec(precision)
+    add their own fp32 weights. ``storage``: how the run stores them (``RunConfig.storage``),
+    when not as ``precision`` does on its own."""
+    st = storage or storage_spec(precision)
     if weight_format is not None:
         fmt = WEIGHT_FORMATS[weight_format]
         if fmt.scope == "model":
@@ -779,14 +781,16 @@ def optimizer_bytes(shape: ModelShape, cfg: RunConfig) -> int:
     train = trainable(shape, cfg)
     if not cfg.training or train.state_bytes is None:
         return 0
+    # DeepSpeed's 16-bit modes keep an fp32 master copy with the optimizer state
+    master = 0 if train.adapters else train.params * cfg.storage.master_weight_bytes
     if cfg.optimizer == "adafactor" and not train.adapters:
-        return 4 * adafactor_state_elements(shape)
+        return 4 * adafactor_state_elements(shape) + master
     if cfg.optimizer in ("adam8bit", "paged-adamw-8bit"):
         # bitsandbytes: m and v in 8 bits, one fp32 absmax per 2048-element block each
-        return int(train.params * (2 + 2 * 4 / 2048))
+        return int(train.params * (2 + 2 * 4 / 2048)) + master
     # Adafactor's factors of rank-r adapter matrices are about as large as the matrices
     states = 2 if cfg.optimizer == "adafactor" else OPTIMIZER_STATES[cfg.optimizer]
-    return train.params * states * train.state_bytes
+    return train.params * states * train.state_bytes + master
 
 
 # --------------------------------------------------------------------------
@@ -1012,14 +1016,18 @@ def fsdp_root_bytes(m: TransformerShape, cfg: RunConfig) -> int:
 
 
 def deepspeed_bucket_bytes(cfg: RunConfig) -> int:
-    """DeepSpeed ZeRO's flat gradient bucket (DEEPSPEED_REDUCE_BUCKET_ELEMENTS) in the dtype it
-    trains in: 16 bits under its bf16/fp16 modes (the 16-bit working copy of the trained
-    parameters), 4 bytes in fp32. 0 but for a ZeRO strategy over several GPUs without
-    model-parallel degrees (with them, the layout is Megatron-Core's distributed optimizer, whose
-    buckets are views into its gradient buffer) or outside training."""
-    if not cfg.training or not cfg.parallelism.deepspeed_zero:
+    """DeepSpeed ZeRO's flat gradient bucket (DEEPSPEED_REDUCE_BUCKET_ELEMENTS) in the dtype of
+    the trained parameters (``self.dtype`` in stage_1_and_2.py and stage3.py): the run's gradient
+    width for a whole model (16 bits for AMP under ZeRO, :func:`..domain.precision.deepspeed_storage`;
+    4 bytes in fp32), and for adapters the 16-bit width DeepSpeed's bf16/fp16 mode casts the
+    whole module to (engine.py, ``module.bfloat16()`` / ``half()``). 0 but for DeepSpeed ZeRO
+    (:attr:`RunConfig.deepspeed`, one GPU included: DeepSpeed allocates it whatever the world
+    size) or outside training."""
+    if not cfg.training or not cfg.deepspeed:
         return 0
-    return DEEPSPEED_REDUCE_BUCKET_ELEMENTS * cfg.storage.activation_bytes
+    st = cfg.storage
+    width = st.grad_bytes if cfg.adapter is None and st.grad_bytes else st.activation_bytes
+    return DEEPSPEED_REDUCE_BUCKET_ELEMENTS * width
 
 
 def model_state(shape: ModelShape, cfg: RunConfig, stage: Stage | None = None) -> _State:
@@ -1029,12 +1037,13 @@ def model_state(shape: ModelShape, cfg: RunConfig, stage: Stage | None = None) -
     train = trainable(shape, cfg)
     if stage is not None or split.ep_split:
         held_w, held_g, held_o = held_fractions(shape, cfg, stage)
-        weights = math.ceil(weight_bytes(shape, cfg.precision, cfg.adapter, cfg.weight_format) * held_w)
+        weights = math.ceil(weight_bytes(shape, cfg.precision, cfg.adapter, cfg.weight_format, cfg.storage) * held_w)
         grads = math.ceil(train.params * train.grad_bytes * held_g) if cfg.training and train.grad_bytes else 0
         opt = math.ceil(optimizer_bytes(shape, cfg) * held_o)
     else:
         held_w = 1 / split.weights
-        weights = math.ceil(weight_bytes(shape, cfg.precision, cfg.adapter, cfg.weight_format) / split.weights)
+        weights = math.ceil(weight_bytes(shape, cfg.precision, cfg.adapter, cfg.weight_format, cfg.storage)
+                            / split.weights)
         grads = math.ceil(train.params * train.grad_bytes / split.gradients) if cfg.training and train.grad_bytes \
             else 0
         opt = math.ceil(optimizer_bytes(shape, cfg) / split.optimizer)
@@ -1070,6 +1079,10 @@ def model_state(shape: ModelShape, cfg: RunConfig, stage: Stage | None = None) -
         transient += grads
         notes.append("DDP gradient buckets double the gradient memory (gradient_as_bucket_view=False, the default)")
     bucket = deepspeed_bucket_bytes(cfg)
+    if cfg.storage.master_weight_bytes and cfg.training and cfg.adapter is None:
+        notes.append("DeepSpeed ZeRO runs AMP as its own 16-bit mode (it refuses torch AMP): 16-bit weights and "
+                     "gradients on each GPU, fp32 master weights kept and sharded with the optimizer state "
+                     "(ZeRO paper: 2 + 2 + 12 bytes a parameter with Adam)")
     if bucket:
         transient += bucket
         notes.append(f"DeepSpeed's gradient bucket: reduce_bucket_size, 500M elements by default "
@@ -1105,7 +1118,13 @@ def _offload(state: _State, shape: ModelShape, cfg: RunConfig, trained: int, sta
     if cfg.offload in ("optimizer", "all") and cfg.training:
         host += opt
         opt = 0
-        if cfg.storage.autocast and cfg.adapter is None:
+        if cfg.storage.master_weight_bytes and cfg.adapter is None:
+            # DeepSpeed's 16-bit mode: the master weights went with the optimizer state; the
+            # CPU step also keeps fp32 gradients on the host
+            held_g = held_fractions(shape, cfg, stage)[1] if stage is not None or cfg.sharding.ep_split \
+                else 1 / split.gradients
+            host += math.ceil(trained * 4 * held_g)
+        elif cfg.storage.autocast and cfg.adapter is None:
             if stage is not None or cfg.sharding.ep_split:
                 held_w, held_g, _ = held_fractions(shape, cfg, stage)
                 master = math.ceil(shape.params * 4 * held_w)

@@ -330,7 +330,8 @@ def model_work(
     storage = storage_precision(precision, cfg.mode)
     # a layout with model-parallel degrees keeps its own GPU count (its tp and dp follow from it)
     layout = cfg.tp is not None or max(cfg.pp, cfg.cp, cfg.ep) > 1
-    mem_cfg = cfg.model_copy(update={"precision": storage,
+    # (the traffic keeps AMP's layout under ZeRO too: the constants were fitted on it)
+    mem_cfg = cfg.model_copy(update={"precision": storage, "deepspeed_layout": False,
                                      "gpus": cfg.gpus if layout else tp if cfg.parallelism.tp > 1 else dp})
     mem = estimate_memory(shape, mem_cfg)
     wl = workload_class(shape, cfg, phase)
