@@ -28,7 +28,7 @@ PKG = Path(__file__).resolve().parent.parent / "gpusizer"
 
 #: Each package's layer; a module may import only from its own layer or lower ones.
 LAYERS: dict[str, int] = {
-    "errors": 0, "units": 0, "choices": 0, "datafiles": 0,
+    "errors": 0, "units": 0, "choices": 0, "datafiles": 0, "_lazy": 0,
     "domain": 1,
     "hardware": 2, "models": 2,
     "memory": 3,

@@ -24,7 +24,7 @@ each with the exit code the CLI uses.
 
 from __future__ import annotations
 
-import importlib
+from gpusizer._lazy import lazy_names
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -76,9 +76,5 @@ _HOMES: dict[str, str] = {
 __all__ = sorted(_HOMES)
 
 
-def __getattr__(name: str) -> object:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module 'gpusizer.api' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"gpusizer.api.{home}"), name)
+__getattr__ = lazy_names(__name__, _HOMES)
 

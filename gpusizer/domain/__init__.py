@@ -11,7 +11,7 @@ keeping tables of its own; ``tests/test_architecture.py`` guards that.
 
 from __future__ import annotations
 
-import importlib
+from gpusizer._lazy import lazy_names
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -41,8 +41,4 @@ _HOMES: dict[str, str] = {
 __all__ = sorted(_HOMES)
 
 
-def __getattr__(name: str) -> object:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module 'gpusizer.domain' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"gpusizer.domain.{home}"), name)
+__getattr__ = lazy_names(__name__, _HOMES)
