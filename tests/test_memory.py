@@ -18,6 +18,7 @@ from gpusizer.memory.estimate import (
     fits,
     kv_cache_bytes,
     largest_batch,
+    optimizer_step_bytes,
     rule_of_thumb_params,
 )
 from gpusizer.models.zoo import Model, load_zoo
@@ -183,6 +184,33 @@ def test_zero_paper_figure_1_model_states(strategy, gb):
              "zero3": 16 * psi / 64}[strategy]
     assert states == pytest.approx(exact, abs=64)
     assert round(states / 1e9, 1) == gb
+
+
+@pytest.mark.parametrize(
+    ("precision", "bytes_per_param"),
+    [("mixed", 16), ("bf16", 16), ("fp16", 16), ("fp32", 20)],
+)
+def test_deepspeed_keeps_an_fp32_master_copy_whatever_the_dtype(precision, bytes_per_param):
+    """ZeRO clones each partition to fp32 (``.clone().float()``, stage_1_and_2.py, stage3.py)
+    and keeps Adam's state in fp32 beside it: 2 + 2 + 12 bytes a parameter in 16 bits, 4 + 4 + 12
+    in fp32. The optimizer step also holds an fp32 copy of the partition's gradients."""
+    psi = 1_000_000_000
+    cfg = RunConfig(precision=precision, optimizer="adam", gpus=8, strategy="zero3")
+    est = estimate_memory(shape_from_params(psi), cfg)
+    assert (est.weights_bytes + est.gradients_bytes + est.optimizer_bytes) * 8 == pytest.approx(
+        bytes_per_param * psi, abs=64)
+    assert optimizer_step_bytes(shape_from_params(psi), cfg) == 4 * psi // 8
+
+
+def test_zero1_offload_keeps_one_fp32_gradient_buffer_per_partition():
+    """ZeRO-1 with the optimizer on the CPU: the host holds each rank's partition of master
+    weights, Adam's state and fp32 gradients (initialize_optimizer_states allocates the fp32
+    gradient buffer at the partition's size), 16 bytes a parameter over the ranks."""
+    psi = 1_000_000_000
+    est = estimate_memory(shape_from_params(psi), RunConfig(precision="mixed", gpus=8, strategy="zero1",
+                                                            offload="optimizer"))
+    assert est.cpu_bytes == 16 * psi // 8
+    assert est.weights_bytes == est.gradients_bytes == 2 * psi
 
 
 def test_fsdp_keeps_amp_layout_and_zero_offload_keeps_fp32_state_on_the_host():

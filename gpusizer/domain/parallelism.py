@@ -366,6 +366,7 @@ __all__ = [
     "sharding_alternative",
     "tensor_parallel",
     "within_node",
+    "runs_deepspeed",
     "shards_weights",
     "strategy_label",
 ]

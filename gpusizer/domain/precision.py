@@ -20,6 +20,7 @@ that use them are in ``docs/method.md``.
 
 from __future__ import annotations
 
+import functools
 from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -307,21 +308,23 @@ def storage_spec(name: str) -> Storage:
     return storage
 
 
+@functools.cache
 def deepspeed_storage(storage: Storage) -> Storage:
-    """How DeepSpeed ZeRO keeps the model state of a run asked for in AMP (fp32 weights,
-    16-bit math). DeepSpeed refuses torch AMP with ZeRO ("Amp and ZeRO are not currently
-    compatible, please use (legacy) fp16 mode", deepspeed/runtime/engine.py,
-    _do_optimizer_sanity_check), so such a run is DeepSpeed's own 16-bit mode: 16-bit weights
-    and gradients on the GPU, fp32 master weights kept with the optimizer state and sharded
-    with it, and no autocast (the model itself runs in 16 bits). With Adam that is the ZeRO
-    paper's 2 + 2 + 12 bytes a parameter (Rajbhandari et al. 2020, section 3.1, K = 12).
-    Other storage precisions are kept as they are: DeepSpeed trains fp32 as fp32, and
-    gpusizer's pure bf16/fp16 keep no master copy by definition."""
-    if not storage.autocast:
-        return storage
-    half = storage.activation_bytes
-    return storage.model_copy(update={
-        "weight_bytes": half, "grad_bytes": half, "autocast": False, "master_weight_bytes": int(storage.weight_bytes)})
+    """How DeepSpeed ZeRO keeps the model state of a run stored as ``storage``.
+
+    DeepSpeed refuses torch AMP with ZeRO ("Amp and ZeRO are not currently compatible, please
+    use (legacy) fp16 mode", deepspeed/runtime/engine.py, _do_optimizer_sanity_check), so a run
+    asked for in AMP (fp32 weights, 16-bit math) is DeepSpeed's own 16-bit mode: 16-bit
+    weights and gradients on the GPU and no autocast (the module itself is cast to 16 bits).
+    Whatever the weights' dtype, ZeRO keeps an fp32 master copy of each partition
+    (``.clone().float()``: stage_1_and_2.py, stage3.py) with fp32 optimizer state, sharded as
+    the optimizer state is. With Adam that is the ZeRO paper's 2 + 2 + 12 bytes a parameter
+    (Rajbhandari et al. 2020, section 3.1, K = 12) in 16 bits, and 4 + 4 + 12 in fp32."""
+    update: dict[str, object] = {"master_weight_bytes": 4, "optimizer_state_bytes": 4}
+    if storage.autocast:
+        half = storage.activation_bytes
+        update |= {"weight_bytes": half, "grad_bytes": half, "autocast": False}
+    return storage.model_copy(update=update)
 
 
 def default_precision(mode: str, *, adapters: bool = False) -> StoragePrecision:

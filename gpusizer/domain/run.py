@@ -98,8 +98,9 @@ class RunConfig(BaseModel):
     #: GPUs the model is spread over by ``strategy``
     gpus: int = Field(default=1, ge=1, le=1 << 16)
     strategy: Strategy = "ddp"
-    #: a ZeRO strategy keeps model state as DeepSpeed does (:attr:`storage`); the performance
-    #: model turns it off, as its constants were fitted on AMP's layout (not in the input echo)
+    #: internal: a ZeRO strategy keeps model state as DeepSpeed does (:attr:`storage`); the
+    #: performance model's memory traffic turns it off, as its constants were fitted on AMP's
+    #: layout (not in the input echo, and not kept through a dump)
     deepspeed_layout: bool = Field(default=True, exclude=True)
     #: tensor-parallel degree; None: every GPU left by pp and cp under strategy "tp", else 1
     tp: int | None = Field(default=None, ge=1, le=1 << 16)
@@ -173,10 +174,11 @@ class RunConfig(BaseModel):
     @property
     def storage(self) -> Storage:
         """How this run stores weights, gradients and optimizer state: the precision's way, or,
-        when DeepSpeed ZeRO trains a whole model asked for in AMP, DeepSpeed's 16-bit mode
-        (:func:`.precision.deepspeed_storage`). Adapters keep their own widths."""
+        when DeepSpeed ZeRO trains, DeepSpeed's (:func:`.precision.deepspeed_storage`: AMP as
+        its 16-bit mode, an fp32 master copy with fp32 optimizer state). Adapters keep their
+        own widths; their frozen base is cast with the module."""
         st = storage_spec(self.precision)
-        if self.training and self.adapter is None and self.deepspeed_layout and self.deepspeed:
+        if self.training and self.deepspeed_layout and self.deepspeed:
             return deepspeed_storage(st)
         return st
 

@@ -770,11 +770,14 @@ def optimizer_step_bytes(shape: ModelShape, cfg: RunConfig, stage: Stage | None 
     """Temporaries the optimizer step holds on the GPU (OPTIMIZER_STEP_TEMPORARIES), per GPU."""
     train = trainable(shape, cfg)
     per = OPTIMIZER_STEP_TEMPORARIES.get(cfg.optimizer, 0) if cfg.optimizer_impl == "foreach" else 0
-    if not cfg.training or not per or train.state_bytes is None or cfg.offload in ("optimizer", "all"):
+    if not cfg.training or train.state_bytes is None or cfg.offload in ("optimizer", "all"):
         return 0
+    # DeepSpeed ZeRO steps on an fp32 copy of the partition's gradients (stage_1_and_2.py step():
+    # flatten(...).to(fp32); stage3.py _prepare_fp32_grad_for_sub_group)
+    fp32_grads = 4 if cfg.storage.master_weight_bytes and not train.adapters else 0
     if stage is not None or cfg.sharding.ep_split:
-        return math.ceil(train.params * per * train.state_bytes * held_fractions(shape, cfg, stage)[2])
-    return math.ceil(train.params * per * train.state_bytes / cfg.sharding.optimizer)
+        return math.ceil(train.params * (per * train.state_bytes + fp32_grads) * held_fractions(shape, cfg, stage)[2])
+    return math.ceil(train.params * (per * train.state_bytes + fp32_grads) / cfg.sharding.optimizer)
 
 
 def optimizer_bytes(shape: ModelShape, cfg: RunConfig) -> int:
@@ -1080,9 +1083,9 @@ def model_state(shape: ModelShape, cfg: RunConfig, stage: Stage | None = None) -
         notes.append("DDP gradient buckets double the gradient memory (gradient_as_bucket_view=False, the default)")
     bucket = deepspeed_bucket_bytes(cfg)
     if cfg.storage.master_weight_bytes and cfg.training and cfg.adapter is None:
-        notes.append("DeepSpeed ZeRO runs AMP as its own 16-bit mode (it refuses torch AMP): 16-bit weights and "
-                     "gradients on each GPU, fp32 master weights kept and sharded with the optimizer state "
-                     "(ZeRO paper: 2 + 2 + 12 bytes a parameter with Adam)")
+        notes.append("DeepSpeed ZeRO keeps an fp32 master copy of the weights with fp32 optimizer state, sharded "
+                     "alike, and runs mixed precision as its own 16-bit mode (it refuses torch AMP): 16-bit "
+                     "weights and gradients on each GPU (ZeRO paper: 2 + 2 + 12 bytes a parameter with Adam)")
     if bucket:
         transient += bucket
         notes.append(f"DeepSpeed's gradient bucket: reduce_bucket_size, 500M elements by default "
@@ -1121,9 +1124,8 @@ def _offload(state: _State, shape: ModelShape, cfg: RunConfig, trained: int, sta
         if cfg.storage.master_weight_bytes and cfg.adapter is None:
             # DeepSpeed's 16-bit mode: the master weights went with the optimizer state; the
             # CPU step also keeps fp32 gradients on the host
-            held_g = held_fractions(shape, cfg, stage)[1] if stage is not None or cfg.sharding.ep_split \
-                else 1 / split.gradients
-            host += math.ceil(trained * 4 * held_g)
+            # (a buffer per optimizer partition: initialize_optimizer_states, stage_1_and_2.py)
+            host += math.ceil(trained * 4 / split.optimizer)
         elif cfg.storage.autocast and cfg.adapter is None:
             if stage is not None or cfg.sharding.ep_split:
                 held_w, held_g, _ = held_fractions(shape, cfg, stage)

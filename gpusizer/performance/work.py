@@ -374,8 +374,9 @@ def model_work(
     if cfg.training:
         # optimizer step: read and write weights and optimizer state, read gradients
         opt = 2.0 * mem.weights_bytes + mem.gradients_bytes + 2.0 * mem.optimizer_bytes
-        # PyTorch AMP all-reduces fp32 gradients; FP8 training (Transformer Engine
-        # with Megatron) reduces them in bf16 (grad_reduce_in_fp32=False)
+        # PyTorch AMP (DDP, FSDP) all-reduces fp32 gradients and DeepSpeed ZeRO its 16-bit ones
+        # (cfg.storage); FP8 training (Transformer Engine with Megatron) reduces them in bf16
+        # (grad_reduce_in_fp32=False)
         train = trainable(shape, cfg)
         width = train.grad_bytes if train.adapters else spec.allreduce_grad_bytes or train.grad_bytes or 4
         grads = train.params * (width or 4) / tp
