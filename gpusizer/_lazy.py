@@ -19,3 +19,12 @@ def lazy_names(package: str, homes: Mapping[str, str]) -> Callable[[str], object
         return getattr(importlib.import_module(f"{package}.{home}"), name)
 
     return __getattr__
+
+
+def lazy_dir(module_globals: Mapping[str, object], homes: Mapping[str, str]) -> Callable[[], list[str]]:
+    """A module ``__dir__`` that lists the lazily loaded names with those already defined."""
+
+    def __dir__() -> list[str]:
+        return sorted({*module_globals, *homes})
+
+    return __dir__

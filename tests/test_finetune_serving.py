@@ -208,6 +208,17 @@ def test_serve_checks_nvidia_gpus_unless_another_vendor_is_asked_for(cli_json):
     assert named["input"]["vendor"] is None and any("ROCm" in n for n in named["notes"])
 
 
+def test_when_nothing_serves_serve_says_which_vendors_it_checked(cli_json):
+    """Nothing serves DeepSeek-V3 to 64 users at 128k tokens within one node: the note says only
+    NVIDIA GPUs were checked (the default), and not when every vendor's were."""
+    args = ("serve", "--model", "deepseek-v3", "--context", "131072", "--users", "64")
+    default = cli_json(*args, code=ExitCode.NOTHING_FITS)
+    assert default["results"]["serves_on"] == []
+    assert any(n.startswith("only NVIDIA GPUs were checked") for n in default["notes"])
+    every = cli_json(*args, "--vendor", "any", code=ExitCode.NOTHING_FITS)
+    assert not any(n.startswith("only") for n in every["notes"])
+
+
 def test_serve_rejects_an_unknown_vendor(cli):
     result = cli("serve", "--model", "llama-3-8b", "--vendor", "acme")
     assert result.exit_code == ExitCode.USAGE

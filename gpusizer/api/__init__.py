@@ -24,7 +24,7 @@ each with the exit code the CLI uses.
 
 from __future__ import annotations
 
-from gpusizer._lazy import lazy_names
+from gpusizer._lazy import lazy_dir, lazy_names
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -77,4 +77,5 @@ __all__ = sorted(_HOMES)
 
 
 __getattr__ = lazy_names(__name__, _HOMES)
+__dir__ = lazy_dir(globals(), _HOMES)
 

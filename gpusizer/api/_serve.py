@@ -13,7 +13,7 @@ from gpusizer.domain.parallelism import tensor_parallel
 from gpusizer.domain.shape import ModelShape
 from gpusizer.errors import UsageError
 from gpusizer.hardware.catalog import Catalog
-from gpusizer.hardware.vendors import DEFAULT_VENDOR, check_vendor, vendor_notes, vendor_wanted
+from gpusizer.hardware.vendors import DEFAULT_VENDOR, VENDOR_NAMES, check_vendor, vendor_notes, vendor_wanted
 from gpusizer.memory.serving import (
     BLOCK_TOKENS,
     DEFAULT_UTILIZATION,
@@ -116,4 +116,7 @@ def serve(
               "gpus_checked": [r.gpu.id for r in resolved]}
     results = ServeResults(model=shape.name, context_tokens=context, users=users, rows=tuple(rows),
                            serves_on=tuple(r.gpu_id for r in rows if r.gpus is not None))
+    if not names and vendor != "any" and not results.serves_on:
+        notes.append(f"only {VENDOR_NAMES.get(vendor, vendor)} GPUs were checked; the vendor 'any' checks every "
+                     "vendor's")
     return ServeResult(input=inputs, results=results, notes=tuple(notes))

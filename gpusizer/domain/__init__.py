@@ -11,7 +11,7 @@ keeping tables of its own; ``tests/test_architecture.py`` guards that.
 
 from __future__ import annotations
 
-from gpusizer._lazy import lazy_names
+from gpusizer._lazy import lazy_dir, lazy_names
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -42,3 +42,4 @@ __all__ = sorted(_HOMES)
 
 
 __getattr__ = lazy_names(__name__, _HOMES)
+__dir__ = lazy_dir(globals(), _HOMES)
