@@ -7,6 +7,8 @@ H100s to serve Llama-3-70B to 32 users at 4k context?").
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 import gpusizer
@@ -292,18 +294,36 @@ def test_serving_options_belong_to_decoders(cli):
 # offload
 
 
-def test_optimizer_offload_keeps_16_bit_weights_and_gradients_on_the_gpu():
-    """ZeRO-Offload (Ren et al. 2021): with AMP the GPU keeps fp16 weights and gradients,
-    4 bytes a parameter; fp32 master weights, gradients and Adam's two states, 16 bytes a
-    parameter, live in host memory."""
+def test_optimizer_offload_keeps_only_16_bit_weights_on_the_gpu():
+    """ZeRO-Offload (Ren et al. 2021, section 4) keeps the 16-bit weights on the GPU and offloads
+    the 16-bit gradients as they are produced; the fp32 master weights, fp32 gradients and Adam's
+    two states, 16 bytes a parameter, live in host memory. DeepSpeed's ZeRO-2 offload also keeps a
+    16-bit copy buffer of the largest parameter (Llama 2's 32,000 x 4,096 embedding) on the GPU and
+    in pinned host memory (stage_1_and_2.py, temp_grad_buffer_for_gpu_offload / _cpu_offload)."""
     shape = gpusizer.resolve_model("llama-2-7b")
-    base = RunConfig(seq_len=512, checkpointing=True)
-    off = estimate_memory(shape, base.model_copy(update={"offload": "optimizer"}))
-    n = shape.params
-    assert off.weights_bytes == n * 2 and off.gradients_bytes == n * 2 and off.optimizer_bytes == 0
-    assert off.cpu_bytes == n * 16 and off.nvme_bytes == 0
-    nvme = estimate_memory(shape, base.model_copy(update={"offload": "all", "offload_to": "nvme"}))
+    m = shape.transformer
+    assert m is not None
+    off = estimate_memory(shape, RunConfig(seq_len=512, checkpointing=True, offload="optimizer"))
+    n, buffer = shape.params, 2 * m.vocab * m.hidden
+    assert off.weights_bytes == n * 2 and off.gradients_bytes == 0 and off.optimizer_bytes == 0
+    assert off.cpu_bytes == n * 16 + buffer and off.nvme_bytes == 0
+    assert off.transient_bytes >= buffer + 10**9  # the copy buffer and the 5e8-element reduce bucket
+    nvme = estimate_memory(shape, RunConfig(seq_len=512, checkpointing=True, offload="all", offload_to="nvme"))
     assert nvme.cpu_bytes == 0 and nvme.weights_bytes == 0 and nvme.nvme_bytes > off.cpu_bytes
+
+
+def test_zero_offload_paper_trains_13b_on_one_32_gb_v100():
+    """ZeRO-Offload (Ren et al. 2021, arXiv 2101.06840), abstract: it "can train models with over
+    13 billion parameters on a single GPU" (a 32 GB V100), "a 10x increase in size compared to
+    popular framework such as PyTorch". A 13B model (Llama 2 13B, 1,024 tokens, checkpointing)
+    fits one V100 32GB with the optimizer offloaded and needs 16 bytes a parameter without it; a
+    1.4B model fits without offload."""
+    kw = {"gpu": "v100-sxm2-32gb", "seq_len": 1024, "checkpointing": True}
+    offloaded = gpusizer.fit_model("llama-2-13b", offload="optimizer", **kw)
+    assert offloaded.input["strategy"] == "zero2" and offloaded.results.fits_on == ("v100-sxm2-32gb",)
+    assert offloaded.results.breakdown.cpu_bytes >= 16 * offloaded.results.params
+    assert gpusizer.fit_model("llama-2-13b", **kw).results.fits_on == ()
+    assert gpusizer.fit_model(params="1.4B", **kw).results.fits_on == ("v100-sxm2-32gb",)
 
 
 def test_offload_costs_pcie_time():
@@ -452,8 +472,12 @@ def test_peft_adapts_fused_experts_as_parameters():
 
 
 def test_weight_offload_needs_sharding(cli):
-    result = cli("fit-model", "--model", "llama-2-7b", "--gpu", "a100-sxm4-80gb", "--gpus", "2", "--offload",
-                 "params")
+    """DeepSpeed offloads weights only under ZeRO-3, so a data-parallel run that offloads them runs
+    on ZeRO-3; under ZeRO-2 they cannot be offloaded."""
+    args = ("fit-model", "--model", "llama-2-7b", "--gpu", "a100-sxm4-80gb", "--gpus", "2", "--offload", "params")
+    result = cli(*args, "--json")
+    assert result.exit_code == 0 and json.loads(result.stdout)["input"]["strategy"] == "zero3"
+    result = cli(*args, "--strategy", "zero2")
     assert result.exit_code == ExitCode.USAGE and "--offload:" in result.stderr
 
 

@@ -31,8 +31,9 @@ WeightsOpt = Annotated[WeightFormatName | None, typer.Option(
 OffloadOpt = Annotated[Offload, typer.Option(
     "--offload", metavar="WHAT", rich_help_panel=RUN,
     help="Keep state in host memory instead of on the GPU: optimizer (ZeRO-Offload: optimizer state, "
-         "AMP's fp32 master weights and gradients; the step runs on the CPU), params (weights stream in "
-         "layer by layer), all (both, gradients too), activations (training: the layers' saved activations "
+         "fp32 master weights and gradients; the step runs on the CPU), params (weights stream in "
+         "layer by layer), all (both, gradients too); with --strategy ddp these run on DeepSpeed ZeRO-2 "
+         "(optimizer) or ZeRO-3 (params, all). activations (training: the layers' saved activations "
          "wait in host RAM, two layers' worth on the GPU; torchtune's enable_activation_offloading), "
          "or none (default).")]
 OffloadToOpt = Annotated[OffloadTarget, typer.Option(

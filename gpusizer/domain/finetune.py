@@ -176,6 +176,13 @@ def adapter_params(m: TransformerShape, adapter: Adapter) -> int:
                for x in _linears(m, adapter) if x.targeted(wanted))
 
 
+def largest_adapter_elements(m: TransformerShape, adapter: Adapter) -> int:
+    """Elements of the largest adapter matrix (A is rank x inputs, B outputs x rank)."""
+    wanted = adapter.modules
+    return max((adapter.rank * x.rank_factor * max(x.n_in, x.n_out) for x in _linears(m, adapter)
+                if x.targeted(wanted)), default=0)
+
+
 def adapter_input_elements(m: TransformerShape, adapter: Adapter) -> int:
     """Rank-sized intermediates (x A) the adapters save per token for backward: one per
     targeted linear a token passes (a token passes only its routed experts). Adapters on fused
@@ -211,5 +218,6 @@ __all__ = [
     "adapter_input_elements",
     "adapter_params",
     "expert_weight_copy_elements",
+    "largest_adapter_elements",
     "require_transformer",
 ]

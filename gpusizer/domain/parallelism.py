@@ -64,6 +64,11 @@ STRATEGIES: tuple[str, ...] = get_args(Strategy)
 Offload = Literal["none", "optimizer", "params", "all", "activations"]
 OffloadTarget = Literal["cpu", "nvme"]
 ZERO_STAGE: dict[str, int] = {"ddp": 0, "zero1": 1, "zero2": 2, "zero3": 3, "fsdp": 3, "tp": 0}
+#: The strategy a training run that offloads runs on when it asks for plain data parallelism,
+#: which offloads nothing itself: optimizer offload is DeepSpeed's ZeRO-Offload, built on ZeRO-2
+#: (Ren et al. 2021, "ZeRO-Offload", section 4), and weight offload is ZeRO-3's offload_param
+#: (ZeRO-Infinity); DeepSpeed offloads only under a ZeRO stage.
+OFFLOAD_STRATEGY: dict[str, Strategy] = {"optimizer": "zero2", "params": "zero3", "all": "zero3"}
 
 
 class Parallelism(BaseModel):
@@ -257,6 +262,15 @@ def runs_deepspeed(strategy: str, degrees: Mapping[str, int | None]) -> bool:
             and all((d or 1) == 1 for d in degrees.values()))
 
 
+def offload_strategy(strategy: str, offload: str, training: bool, degrees: Mapping[str, int | None]) -> str:
+    """The strategy a run of ``strategy`` that offloads ``offload`` runs on: plain data
+    parallelism (no model-parallel degrees) becomes the ZeRO stage DeepSpeed offloads under
+    (:data:`OFFLOAD_STRATEGY`) when training; any other run keeps its strategy."""
+    if training and strategy == "ddp" and all((d or 1) == 1 for d in degrees.values()):
+        return OFFLOAD_STRATEGY.get(offload, strategy)
+    return strategy
+
+
 def shards_weights(strategy: str) -> bool:
     """Whether ``strategy`` spreads the weights over GPUs (ZeRO-3, FSDP, tp)."""
     return sharding(Parallelism.of(strategy, 2)).weights > 1
@@ -336,14 +350,15 @@ def degree_words(strategy: str, gpus: int, mode: str, degrees: Mapping[str, int 
 
 def layout_words(strategy: str, gpus: int, mode: str, *, tp: int | None = None, pp: int | None = 1,
                  cp: int | None = 1, ep: int | None = 1) -> str:
-    """The run's GPUs in words: "1 GPU", "4 GPUs (TP=4)", "8 GPUs (FSDP)", "2 GPUs (replicas)",
+    """The run's GPUs in words: "1 GPU", "1 GPU (ZeRO-2)", "4 GPUs (TP=4)", "8 GPUs (FSDP)", "2 GPUs (replicas)",
     and with model-parallel degrees "16 GPUs (TP=2, PP=4, DP=2 ZeRO-1)"."""
     if tp is not None or max(pp or 1, cp or 1, ep or 1) > 1:
         words = degree_words(strategy, gpus, mode, dict(zip(LAYOUT_DEGREES, (tp, pp, cp, ep), strict=True)))
         return f"{gpus} GPUs ({words})" if gpus > 1 and words else "1 GPU"
-    if gpus <= 1:
-        return "1 GPU"
     label = strategy_label(strategy, mode)
+    if gpus <= 1:
+        # one GPU under DeepSpeed still keeps DeepSpeed's layout (and its offload)
+        return f"1 GPU ({label})" if mode == "train" and runs_deepspeed(strategy, {}) else "1 GPU"
     return f"{gpus} GPUs ({label}={gpus})" if strategy == "tp" else f"{gpus} GPUs ({label})"
 
 
@@ -367,6 +382,8 @@ __all__ = [
     "tensor_parallel",
     "within_node",
     "runs_deepspeed",
+    "OFFLOAD_STRATEGY",
+    "offload_strategy",
     "shards_weights",
     "strategy_label",
 ]

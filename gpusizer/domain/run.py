@@ -21,6 +21,7 @@ from gpusizer.domain.parallelism import (
     Parallelism,
     Sharding,
     Strategy,
+    offload_strategy,
     runs_deepspeed,
     sharding,
 )
@@ -119,7 +120,8 @@ class RunConfig(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _default_precision(cls, data: Any) -> Any:
-        """No precision given: the mode's default (AMP to train, fp16 to serve).
+        """No precision given: the mode's default (AMP to train, fp16 to serve). A training run
+        that offloads under ddp runs on DeepSpeed's ZeRO stage for it (:func:`.parallelism.offload_strategy`).
         ``attention="fused"|"eager"`` is accepted for ``flash_attention``."""
         if isinstance(data, dict) and "attention" in data:
             attention = data["attention"]
@@ -131,6 +133,13 @@ class RunConfig(BaseModel):
             fmt = WEIGHT_FORMATS.get(str(data["weight_format"]))
             if fmt is not None:
                 data = {**data, "precision": fmt.runs_as}
+        if isinstance(data, dict) and data.get("offload") not in (None, "none"):
+            # offloading training runs on DeepSpeed ZeRO (the only framework that offloads under
+            # plain data parallelism): ddp becomes the stage it offloads under
+            degrees = {k: data.get(k) for k in ("tp", "pp", "cp", "ep")}
+            training = (data.get("mode") or "train") == "train"
+            data = {**data, "strategy": offload_strategy(str(data.get("strategy") or "ddp"), str(data["offload"]),
+                                                         training, degrees)}
         if isinstance(data, dict) and data.get("precision") is None:
             # adapters train on a frozen 16-bit base (peft with Trainer(bf16=True))
             mode = data.get("mode") or "train"

@@ -18,10 +18,12 @@ from gpusizer.domain.finetune import (
     adapter_input_elements,
     adapter_params,
     expert_weight_copy_elements,
+    largest_adapter_elements,
     require_transformer,
 )
 from gpusizer.domain.parallelism import (
     NODE_GPUS,
+    ZERO_STAGE,
     Parallelism,
     sharded_gpus,
     sharding,
@@ -1137,6 +1139,11 @@ def _offload(state: _State, shape: ModelShape, cfg: RunConfig, trained: int, sta
             weights -= master // 2
             grads //= 2
         notes.append("optimizer offload: the optimizer step runs on the CPU")
+        if cfg.deepspeed:
+            grads, buffers, pinned, note = _deepspeed_offloaded_gradients(shape, cfg, grads)
+            transient += buffers
+            host += pinned
+            notes.append(note)
     if cfg.offload in ("params", "all"):
         m = shape.transformer
         par = cfg.parallelism
@@ -1159,6 +1166,51 @@ def _offload(state: _State, shape: ModelShape, cfg: RunConfig, trained: int, sta
         grads = 0
     return state.model_copy(update={"weights": weights, "grads": grads, "opt": opt, "transient": transient,
                                     "host": host, "notes": tuple(notes)})
+
+
+def largest_trained_elements(shape: ModelShape, cfg: RunConfig) -> int | None:
+    """Elements of the largest trained parameter: an adapter matrix, or a transformer's embedding,
+    output head, largest linear weight or (fused as one 3-D parameter) a layer's experts; None
+    where the model's shape is unknown."""
+    m = shape.transformer
+    if m is None:
+        return None
+    if cfg.adapter is not None:
+        return largest_adapter_elements(m, cfg.adapter)
+    fused_experts = m.experts * m.hidden * m.ffn * (2 if m.gated_mlp else 1) \
+        if m.experts > 1 and m.expert_adapters == "parameter" else 0
+    return max(largest_matrix(m), m.vocab * m.hidden, fused_experts)
+
+
+def _deepspeed_offloaded_gradients(shape: ModelShape, cfg: RunConfig, grads: int) -> tuple[int, int, int, str]:
+    """(gradients left on the GPU, GPU buffers, host bytes, note) of DeepSpeed's optimizer offload.
+    ZeRO-1 keeps the 16-bit gradients on the GPU until the end of backward; ZeRO-2 copies each
+    bucket's share into the host's fp32 gradients as it is reduced (copy_grads_in_partition,
+    stage_1_and_2.py), so no gradient partition stays on the GPU (ZeRO-Offload, Ren et al. 2021:
+    16-bit weights on the GPU, gradients offloaded); both keep a 16-bit copy buffer of the largest
+    parameter on the GPU and in pinned host memory (temp_grad_buffer_for_gpu_offload / _cpu_offload)
+    and, when gradients accumulate, a 16-bit host copy of the partition's (accumulated_grads_in_cpu).
+    ZeRO-3 keeps its 16-bit gradient partitions in a host buffer (grad_partitions_flat_buffer on the
+    optimizer's device, stage3.py)."""
+    train = trainable(shape, cfg)
+    stage = ZERO_STAGE[cfg.strategy]
+    if stage >= 3:
+        return 0, 0, grads, ("ZeRO-3 offload: each gradient partition leaves the GPU for a 16-bit host buffer "
+                             "as it is reduced")
+    width = train.grad_bytes or 0
+    largest = largest_trained_elements(shape, cfg)
+    buffer = largest * width if largest is not None else 0
+    accumulated = math.ceil(train.params * width / cfg.sharding.optimizer) \
+        if cfg.micro_batches > 1 or cfg.persistent_grads else 0
+    kept = grads if stage == 1 else 0
+    where = "stay on the GPU until the end of backward" if stage == 1 else \
+        "leave the GPU bucket by bucket for the host's fp32 gradients"
+    copy = f"a 16-bit copy buffer of the largest parameter on the GPU and in pinned host memory " \
+        f"({format_bytes(buffer)} each)" if largest is not None else \
+        "a 16-bit copy buffer of the largest parameter, not counted: the model's shape is unknown"
+    return kept, buffer, buffer + accumulated, (f"ZeRO-Offload on DeepSpeed ZeRO-{stage} (the stage a ddp run that "
+                                                f"offloads its optimizer runs on is ZeRO-2): the 16-bit gradients "
+                                                f"{where}; DeepSpeed keeps {copy}")
 
 
 def tied_embedding_gradient_bytes(shape: ModelShape, cfg: RunConfig) -> int:
