@@ -333,6 +333,10 @@ def test_offload_costs_pcie_time():
     assert off.results.step_time_s is not None and plain is not None
     assert off.results.step_time_s > plain
     assert any("offload moves" in n for n in off.notes)
+    # speed-up is against a lone GPU of the same run, which moves its offloaded state too
+    assert off.results.speedup_vs_1gpu == pytest.approx(1.0)
+    two = gpusizer.estimate("llama-2-7b", offload="all", gpus=2, **kw).results
+    assert two.throughput_per_s / off.results.throughput_per_s == pytest.approx(two.speedup_vs_1gpu)
 
 
 # --------------------------------------------------------------------------

@@ -642,8 +642,14 @@ def estimate_performance(
         speedup = throughput / (single_work.samples_per_step / single.step_s)
     else:
         # each GPU does the same work as a lone GPU would (expert-parallel ranks are data-parallel
-        # ranks: with balanced routing each computes as many expert FLOPs); parallelism only adds time
-        speedup = st.step_s / step * n_total
+        # ranks: with balanced routing each computes as many expert FLOPs); parallelism only adds
+        # time. With offload a lone GPU moves its own offloaded state too: one GPU is 1.00x.
+        lone_s = step if cfg.offload != "none" and n_total == 1 else st.step_s if cfg.offload == "none" else \
+            estimate_performance(gpu, shape, cfg.model_copy(update={"gpus": 1}), tf32=tf32,
+                                 compute_precision=compute_precision, phase=phase, grad_accumulation=grad_accumulation,
+                                 cuda_graphs=cuda_graphs, attention_kernels=attention_kernels, calibration=cal,
+                                 interconnects=links).step_time_s
+        speedup = lone_s / step * n_total
     bound = _bound(st, comm.exposed_s, notes)
     return PerfEstimate(
         throughput_per_s=throughput, throughput_unit=work.unit, step_time_s=step, compute_s=st.compute_s,
