@@ -5,6 +5,8 @@ peft's prepare_model_for_kbit_training, and vLLM's hybrid KV cache for sliding-w
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 import gpusizer
@@ -121,9 +123,9 @@ def test_qlora_absmax_constants_stay_whole_on_every_rank():
     for strategy in ("fsdp", "zero3"):
         two = estimate_memory(shape, RunConfig.model_validate({**base, "strategy": strategy, "gpus": 2}))
         assert two.weights_bytes - -(-one.weights_bytes // 2) == 543_129_600
-    # weight offload moves the sharded codes to the host; the constants stay on the GPU
+    # FSDP's CPU offload moves the sharded codes to the host; the constants stay on the GPU
     offload = estimate_memory(shape, RunConfig.model_validate(
-        {**base, "strategy": "fsdp", "gpus": 2, "offload": "params"}))
+        {**base, "strategy": "fsdp", "gpus": 2, "offload": "all"}))
     assert offload.weights_bytes == 1_086_259_200
 
 
@@ -138,8 +140,23 @@ def test_weight_offload_under_fsdp_streams_the_gathered_layers_once():
     base = {"mode": "train", "precision": "bf16", "batch": 2, "seq_len": 2048, "checkpointing": True,
             "adapter": adapter, "strategy": "fsdp", "gpus": 2}
     kept = estimate_memory(shape, RunConfig.model_validate(base))
-    offload = estimate_memory(shape, RunConfig.model_validate({**base, "offload": "params"}))
+    offload = estimate_memory(shape, RunConfig.model_validate({**base, "offload": "all"}))
     assert offload.transient_bytes - kept.transient_bytes == 213_909_504
+
+
+@pytest.mark.parametrize("offload", ["optimizer", "params"])
+def test_fsdp_offloads_everything_or_nothing(cli, offload):
+    """PyTorch FSDP's CPU offload moves the weights, gradients and optimizer step together
+    (torch/distributed/fsdp/api.py); it has no optimizer-only or weights-only offload."""
+    result = cli("fit-model", "--model", "llama-2-7b", "--gpus", "8", "--strategy", "fsdp", "--offload", offload,
+                 "--gpu", "h100-sxm5-80gb", "--json")
+    assert result.exit_code == ExitCode.USAGE
+    error = json.loads(result.stdout)["error"]
+    assert error["message"].startswith("--offload: PyTorch FSDP cannot offload the")
+    full = cli("fit-model", "--model", "llama-2-7b", "--gpus", "8", "--strategy", "fsdp", "--offload", "all",
+               "--gpu", "h100-sxm5-80gb", "--json")
+    breakdown = json.loads(full.stdout)["results"]["breakdown"]
+    assert full.exit_code == 0 and breakdown["gradients_bytes"] == breakdown["optimizer_bytes"] == 0
 
 
 @pytest.mark.parametrize(

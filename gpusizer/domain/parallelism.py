@@ -271,6 +271,19 @@ def offload_strategy(strategy: str, offload: str, training: bool, degrees: Mappi
     return strategy
 
 
+def check_offload(strategy: str, offload: str, training: bool) -> None:
+    """Refuse an offload PyTorch FSDP cannot run: its CPU offload (FSDP1's
+    CPUOffload(offload_params=True), FSDP2's CPUOffloadPolicy) moves the weights and with them the
+    gradients and the optimizer step ("offloads gradients to CPU as well, meaning that the
+    optimizer step runs on CPU", torch/distributed/fsdp/api.py); it has no optimizer-only or
+    weights-only offload."""
+    if training and strategy == "fsdp" and offload in ("optimizer", "params"):
+        raise UsageError(f"PyTorch FSDP cannot offload the {'optimizer' if offload == 'optimizer' else 'weights'} "
+                         "alone: its CPU offload moves the weights, the gradients and the optimizer step together",
+                         hint="offload all of them with FSDP, or offload the optimizer under DeepSpeed ZeRO-2 or ZeRO-3",
+                         field="offload")
+
+
 def shards_weights(strategy: str) -> bool:
     """Whether ``strategy`` spreads the weights over GPUs (ZeRO-3, FSDP, tp)."""
     return sharding(Parallelism.of(strategy, 2)).weights > 1
@@ -384,6 +397,7 @@ __all__ = [
     "runs_deepspeed",
     "OFFLOAD_STRATEGY",
     "offload_strategy",
+    "check_offload",
     "shards_weights",
     "strategy_label",
 ]

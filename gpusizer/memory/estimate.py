@@ -25,6 +25,7 @@ from gpusizer.domain.parallelism import (
     NODE_GPUS,
     ZERO_STAGE,
     Parallelism,
+    check_offload,
     sharded_gpus,
     sharding,
     shards_over_replicas,
@@ -459,10 +460,10 @@ def transformer_activation_bytes(
         # autocast's 16-bit weight copies are saved for backward; under checkpointing the
         # layers' are recomputed instead, the output head's (outside the checkpointed
         # layers) saved either way
-        stored += autocast_weight_copy_bytes(m, cfg, shards, layers=not cfg.checkpointing)
+        stored += autocast_weight_copy_bytes(m, cfg, layers=not cfg.checkpointing)
         if not cfg.checkpointing:
-            per_layer_extra += autocast_weight_copy_bytes(m, cfg, shards) - autocast_weight_copy_bytes(
-                m, cfg, shards, layers=False)
+            per_layer_extra += autocast_weight_copy_bytes(m, cfg) - autocast_weight_copy_bytes(
+                m, cfg, layers=False)
     offloaded = _offloaded_layer_bytes(m, cfg, in_layers + per_layer_extra, largest, per_layer_extra)
     return stored + saved_logits - offloaded, recompute, logits, offloaded
 
@@ -505,8 +506,8 @@ def _stage_activations(m: TransformerShape, cfg: RunConfig, stage: Stage, stored
     else:
         stored += int(adapted_expert_bytes(m, cfg, tp) * share)
     if cfg.storage.autocast:
-        head = autocast_weight_copy_bytes(m, cfg, shards, layers=False)
-        layers = autocast_weight_copy_bytes(m, cfg, shards, layers=not cfg.checkpointing) - head
+        head = autocast_weight_copy_bytes(m, cfg, layers=False)
+        layers = autocast_weight_copy_bytes(m, cfg, layers=not cfg.checkpointing) - head
         stored += int(layers * share) + (head if stage.last else 0)
     return (stored + saved_logits) * stage.in_flight, recompute, logits
 
@@ -521,16 +522,19 @@ def adapted_expert_bytes(m: TransformerShape, cfg: RunConfig, tp: int) -> int:
     return per_layer if cfg.checkpointing else m.moe_layers * per_layer
 
 
-def autocast_weight_copy_bytes(m: TransformerShape, cfg: RunConfig, shards: int, *, layers: bool = True) -> int:
+def autocast_weight_copy_bytes(m: TransformerShape, cfg: RunConfig, *, layers: bool = True) -> int:
     """The 16-bit copies autocast makes of a transformer's weights: the layers' matrices
     (``layers``) but the routed experts, whose grouped GEMM autocast does not cover, and a
-    vocabulary head's. Sharded runs hold copies of their own shard only. A QLoRA base's NF4
-    matrices are dequantised, not cast: autocast copies none of them."""
+    vocabulary head's. Tensor parallelism splits them with the weights; ZeRO-3 and FSDP do not:
+    each rank casts the whole gathered weight, and the matmul saves that copy after the gathered
+    fp32 parameter is freed (traced under FSDP1 and FSDP2 with torch.autocast: full-size 16-bit
+    copies at any world size). A QLoRA base's NF4 matrices are dequantised, not cast: autocast
+    copies none of them."""
     if cfg.adapter is not None and cfg.adapter.base_quantisation is not None:
         layers = False
     copied = (matrix_params(m) - routed_expert_params(m) if layers else 0) \
         + (m.vocab * m.hidden if cfg.head in ("lm", "logits") else 0)
-    return int(2 * copied / shards)
+    return int(2 * copied / cfg.sharding.activations)
 
 
 def _loss_bytes(m: TransformerShape, cfg: RunConfig, tokens_out: int, tp: int) -> tuple[int, int]:
@@ -1115,6 +1119,7 @@ def _offload(state: _State, shape: ModelShape, cfg: RunConfig, trained: int, sta
     if cfg.offload == "activations" and cfg.offload_to != "cpu":
         raise UsageError("offloaded activations live in host RAM (pinned memory), not on NVMe",
                          hint="offload them to the CPU", field="offload-to")
+    check_offload(cfg.strategy, cfg.offload, cfg.training)
     if cfg.offload in ("params", "all") and cfg.gpus > 1 and not shards_weights(cfg.strategy):
         raise UsageError("offloading the weights streams each GPU's shard: it needs ZeRO-3 or FSDP over several GPUs",
                          hint="shard with ZeRO-3 or FSDP, or offload the optimizer only", field="offload")
@@ -1291,7 +1296,7 @@ def _inference_peak(shape: ModelShape, cfg: RunConfig, state: _State,
         if cfg.storage.autocast:
             # autocast caches the 16-bit copy of every weight it casts (leaf tensors that
             # require grad, as a model's parameters do) until its region ends
-            transient += autocast_weight_copy_bytes(m, cfg, cfg.sharding.weights)
+            transient += autocast_weight_copy_bytes(m, cfg)
     elif isinstance(shape.arch, CnnShape) and (per_sample := shape.arch.inference_bytes_per_sample_fp32):
         scale = (cfg.image_size / shape.arch.image_size) ** 2 if cfg.image_size else 1.0
         width = cfg.storage.activation_bytes / 4
