@@ -40,7 +40,7 @@ from typing import Any, Literal, NamedTuple
 from pydantic import BaseModel, ConfigDict
 
 from gpusizer.choices import AttentionKernels, Phase
-from gpusizer.domain.parallelism import Parallelism
+from gpusizer.domain.parallelism import Parallelism, within_node
 from gpusizer.domain.precision import SIXTEEN_BIT_MATRIX, check_mode, precision_spec
 from gpusizer.domain.run import RunConfig
 from gpusizer.domain.shape import ModelShape
@@ -583,6 +583,22 @@ def _bound(st: StepTime, exposed_comm_s: float, notes: list[str]) -> Bound | Non
     return None
 
 
+def _lone_throughput(gpu: Gpu, shape: ModelShape, cfg: RunConfig, precision: str, tf32: bool, cal: Calibration,
+                     links: Interconnects, phase: Phase | None, grad_accumulation: int, cuda_graphs: bool,
+                     attention_kernels: AttentionKernels) -> float:
+    """Throughput of ``cfg`` on one GPU holding the whole replica with the same batch: its
+    compute step plus the offload it moves (a lone GPU has nothing else to communicate). Model
+    parallelism becomes plain data parallelism; a ZeRO strategy on one GPU keeps DeepSpeed's layout."""
+    model_parallel = cfg.tp is not None or max(cfg.pp, cfg.cp, cfg.ep) > 1 or within_node(cfg.strategy)
+    single_cfg = cfg.model_copy(update={"gpus": 1, "tp": None, "pp": 1, "cp": 1, "ep": 1,
+                                        **({"strategy": "ddp"} if model_parallel else {})})
+    work = model_work(shape, single_cfg, precision, phase=phase, grad_accumulation=grad_accumulation)
+    step = _step(work, gpu, precision, tf32, cal, cuda_graphs, attention_kernels).step_s
+    if work.offload_bytes:
+        step += _offload_time(_Comm(), work, gpu, links).offload_s
+    return work.samples_per_step / step
+
+
 def _check_counts(grad_accumulation: int, nodes: int) -> None:
     if grad_accumulation < 1:
         raise UsageError("gradient accumulation must be at least 1 micro-batch", field="grad_accumulation")
@@ -634,22 +650,10 @@ def estimate_performance(
     notes.extend(comm.notes)
 
     throughput = work.samples_per_step / step * par.dp
-    if max(par.tp, par.pp, par.cp) > 1:
-        # against one GPU holding the whole replica with the same batch
-        single_cfg = cfg.model_copy(update={"gpus": 1, "strategy": "ddp", "tp": None, "pp": 1, "cp": 1, "ep": 1})
-        single_work = model_work(shape, single_cfg, precision, phase=phase, grad_accumulation=grad_accumulation)
-        single = _step(single_work, gpu, precision, tf32, cal, cuda_graphs, attention_kernels)
-        speedup = throughput / (single_work.samples_per_step / single.step_s)
-    else:
-        # each GPU does the same work as a lone GPU would (expert-parallel ranks are data-parallel
-        # ranks: with balanced routing each computes as many expert FLOPs); parallelism only adds
-        # time. With offload a lone GPU moves its own offloaded state too: one GPU is 1.00x.
-        lone_s = step if cfg.offload != "none" and n_total == 1 else st.step_s if cfg.offload == "none" else \
-            estimate_performance(gpu, shape, cfg.model_copy(update={"gpus": 1}), tf32=tf32,
-                                 compute_precision=compute_precision, phase=phase, grad_accumulation=grad_accumulation,
-                                 cuda_graphs=cuda_graphs, attention_kernels=attention_kernels, calibration=cal,
-                                 interconnects=links).step_time_s
-        speedup = lone_s / step * n_total
+    # against one GPU running the same run (the whole replica, the same batch), so the speed-up
+    # is the ratio of the throughputs the scaling table lists
+    speedup = 1.0 if n_total == 1 and max(par.tp, par.pp, par.cp) == 1 else throughput / _lone_throughput(
+        gpu, shape, cfg, precision, tf32, cal, links, phase, grad_accumulation, cuda_graphs, attention_kernels)
     bound = _bound(st, comm.exposed_s, notes)
     return PerfEstimate(
         throughput_per_s=throughput, throughput_unit=work.unit, step_time_s=step, compute_s=st.compute_s,

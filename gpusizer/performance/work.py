@@ -183,6 +183,9 @@ class _Step(BaseModel):
     spec: Precision
     storage: str
     mem: MemoryBreakdown
+    #: the same run's memory without ZeRO/FSDP sharding or offload: the weights (a tensor-parallel
+    #: slice) a GPU's matmuls read, gathered or streamed in whatever the GPU keeps between layers
+    read: MemoryBreakdown
     workload: str
     passes: float
     #: passes over the weight matmuls: with adapters the frozen base computes no
@@ -236,7 +239,7 @@ def _decode_flow(m: TransformerShape, shape: ModelShape, st: _Step, seq: int) ->
     b, tp = st.cfg.batch, st.tp
     mm = _active_matrix_params(m) + _head_params(m, st.cfg.head)
     attn = _attention_flops_per_token(m, seq, decode=True) * b / tp
-    weights = float(st.mem.weights_bytes)
+    weights = float(st.read.weights_bytes)
     if not m.tied_embeddings:
         weights -= _embedding_bytes(m, st.storage) / tp
     if m.experts > 1:
@@ -268,7 +271,7 @@ def _transformer_flow(m: TransformerShape, shape: ModelShape, st: _Step) -> _Flo
     attn = attn_per_token * tokens_per_step * st.passes / tp
     mm = _active_matrix_params(m) + _head_params(m, cfg.head)
     flops = 2.0 * mm * tokens_per_step * st.matmul_passes / tp + attn
-    weights_read = (st.mem.weights_bytes - _embedding_bytes(m, st.storage) / tp) * (2 if st.train else 1)
+    weights_read = (st.read.weights_bytes - _embedding_bytes(m, st.storage) / tp) * (2 if st.train else 1)
     if storage_spec(st.storage).autocast:
         weights_read /= 2  # matmuls read the 16-bit copies
     layers = m.layers + m.decoder_layers
@@ -291,11 +294,11 @@ def _params_only_flow(shape: ModelShape, st: _Step) -> _Flow:
              f"{'6' if st.train else '2'} x params FLOPs per token; activations not modelled"]
     if st.workload == "llm-decode":
         notes.insert(0, "model given by its parameter count only: the KV cache is not modelled (no layer shapes)")
-        return _Flow(flops=2.0 * shape.params * cfg.batch / tp, weights_read=float(st.mem.weights_bytes),
+        return _Flow(flops=2.0 * shape.params * cfg.batch / tp, weights_read=float(st.read.weights_bytes),
                      unit="tokens/s", samples=float(cfg.batch), layers=layers, notes=tuple(notes))
     seq = cfg.seq_len or default_seq_len(shape)
     return _Flow(flops=2.0 * shape.params * cfg.batch * seq * st.passes / tp,
-                 weights_read=st.mem.weights_bytes * (2 if st.train else 1), unit="tokens/s",
+                 weights_read=st.read.weights_bytes * (2 if st.train else 1), unit="tokens/s",
                  samples=float(cfg.batch * seq), layers=layers, notes=tuple(notes))
 
 
@@ -321,6 +324,15 @@ def _activation_traffic(shape: ModelShape, st: _Step, mem_cfg: RunConfig, flow: 
     return 2.0 * saved * st.passes
 
 
+def _unsharded_memory(shape: ModelShape, mem_cfg: RunConfig, mem: MemoryBreakdown) -> MemoryBreakdown:
+    """``mem_cfg``'s memory without ZeRO/FSDP sharding or offload (``mem`` where it has neither):
+    the weights and gradients of a tensor-parallel rank, whole."""
+    split = mem_cfg.sharding
+    if split.weights == split.gradients == split.activations and mem_cfg.offload == "none":
+        return mem
+    return estimate_memory(shape, mem_cfg.model_copy(update={"strategy": "ddp", "offload": "none"}))
+
+
 def model_work(
     shape: ModelShape, cfg: RunConfig, precision: str, *, phase: str | None = None, tp: int = 1,
     dp: int = 1, grad_accumulation: int = 1,
@@ -334,6 +346,7 @@ def model_work(
     mem_cfg = cfg.model_copy(update={"precision": storage, "deepspeed_layout": False,
                                      "gpus": cfg.gpus if layout else tp if cfg.parallelism.tp > 1 else dp})
     mem = estimate_memory(shape, mem_cfg)
+    read = _unsharded_memory(shape, mem_cfg, mem)
     wl = workload_class(shape, cfg, phase)
     notes: list[str] = []
     passes = 3.0 if cfg.training else 1.0  # forward + backward (2x forward)
@@ -344,7 +357,7 @@ def model_work(
     if matmul_passes != passes:
         notes.append("adapters on a frozen base: its matmuls compute no weight gradients, one pass of "
                      "2 x params FLOPs per token fewer than full training")
-    st = _Step(cfg=cfg, spec=spec, storage=storage, mem=mem, workload=wl, passes=passes,
+    st = _Step(cfg=cfg, spec=spec, storage=storage, mem=mem, read=read, workload=wl, passes=passes,
                matmul_passes=matmul_passes, tp=tp, phase=phase)
     arch = shape.arch
     ops: tuple[OpTerm, ...] = ()
@@ -372,8 +385,9 @@ def model_work(
     notes.extend(flow.notes)
     opt = grads = 0.0
     if cfg.training:
-        # optimizer step: read and write weights and optimizer state, read gradients
-        opt = 2.0 * mem.weights_bytes + mem.gradients_bytes + 2.0 * mem.optimizer_bytes
+        # the optimizer step reads and writes its partition's weights and state, and reads its gradients
+        zero = mem_cfg.sharding.optimizer / mem_cfg.sharding.activations
+        opt = (2.0 * read.weights_bytes + read.gradients_bytes) / zero + 2.0 * mem.optimizer_bytes
         # PyTorch AMP (DDP, FSDP) all-reduces fp32 gradients and DeepSpeed ZeRO its 16-bit ones
         # (cfg.storage); FP8 training (Transformer Engine with Megatron) reduces them in bf16
         # (grad_reduce_in_fp32=False)
