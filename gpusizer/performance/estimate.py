@@ -144,7 +144,7 @@ class PerfEstimate(BaseModel):
     memory_efficiency: float = 0.0
     interconnect: str | None = None
     comm_bandwidth_gb_s: float | None = None
-    transport: Literal["none", "nvlink", "pcie", "rdma", "tcp"] = "none"
+    transport: Literal["none", "nvlink", "scale-up", "pcie", "rdma", "tcp"] = "none"
     #: how the GPUs are linked (a system's, or the GPU's defaults); None for one GPU
     topology: Topology | None = None
     phase: str | None = None
@@ -317,7 +317,7 @@ def _communication(work: Work, st: StepTime, at: _Layout, links: Interconnects, 
     if par.tp > 1:
         comm = _tensor_parallel(comm, work, at, links)
     if work.offload_bytes > 0:
-        comm = _offload_time(comm, work, at.gpu, links)
+        comm = _offload_time(comm, work, at.gpu, links, at.topology.pcie_generation)
     if par.pp > 1 or par.cp > 1 or par.ep > 1:
         comm = _model_parallel(comm, work, st, at, links, shape, cfg, micro_batches)
     step += comm.exposed_s
@@ -422,16 +422,17 @@ class _Comm(BaseModel):
     bytes: float = 0.0
     link_label: str | None = None
     link_gb_s: float | None = None
-    transport: Literal["none", "nvlink", "pcie", "rdma", "tcp"] = "none"
+    transport: Literal["none", "nvlink", "scale-up", "pcie", "rdma", "tcp"] = "none"
     notes: tuple[str, ...] = ()
     #: host-memory transfers of offloaded state, on the critical path (not overlapped)
     offload_s: float = 0.0
 
 
-def _offload_time(comm: _Comm, work: Work, gpu: Gpu, links: Interconnects) -> _Comm:
+def _offload_time(comm: _Comm, work: Work, gpu: Gpu, links: Interconnects, topology_pcie: int | None = None) -> _Comm:
     """Offloaded state crosses the GPU's PCIe link each step; counted in full, as the
-    step cannot finish before the weights it needs arrive."""
-    pcie = links.pcie(gpu.pcie_generation)
+    step cannot finish before the weights it needs arrive. ``topology_pcie``: the generation the
+    topology resolved (performance.topology.pcie_generation_for, where the catalog has none)."""
+    pcie = links.pcie(gpu.pcie_generation or topology_pcie)
     seconds = work.offload_bytes / (pcie.bandwidth_gb_s * pcie.efficiency * 1e9)
     note = (f"offload moves {work.offload_bytes / 1e9:,.1f} GB over {pcie.name} each step "
             f"({seconds * 1e3:,.0f} ms, not overlapped); the CPU optimizer step and NVMe reads are not timed")

@@ -432,6 +432,14 @@ def field_value(gpu: Gpu, field: str, precision: str) -> Any:
         return gpu.has_tensor_cores
     if field == "has_tensor_precision":
         return tensor_precision_present(gpu, precision)
+    if field == "gpu_fabric":
+        from gpusizer.hardware.vendors import gpu_fabric
+
+        return gpu_fabric(gpu)
+    if field == "vendor_fabric":
+        from gpusizer.hardware.vendors import GPU_FABRIC
+
+        return GPU_FABRIC.get(gpu.vendor, "GPU-to-GPU link")
     raise KeyError(field)  # pragma: no cover - DERIVED_FIELDS and this function move together
 
 
