@@ -77,3 +77,15 @@ def test_estimate_text_says_at_most(cli):
     text = cli("estimate", "--model", "llama-3.1-8b", "--gpu", "h100-sxm5-80gb", "--inference", "--batch", "1",
                env={"COLUMNS": "80"}).stdout
     assert "throughput      " in text and "at most" not in text
+
+
+def test_budget_plan_marks_upper_bound_configurations(cli, cli_json):
+    doc = cli_json("recommend", "--workload", "llm-inference", "--model", "llama-3.1-8b", "--budget", "200000",
+                   "--vendor", "intel")
+    plan = doc["results"]["plan"]
+    assert [(c["label"], c["upper_bound"]) for c in plan["configurations"]] == [("8 x gaudi3", True)]
+    assert [n for n in plan["notes"] if "upper bound" in n] == [
+        n for n in plan["notes"] if n.startswith("throughput is an upper bound for 8 x gaudi3")]
+    text = cli("recommend", "--workload", "llm-inference", "--model", "llama-3.1-8b", "--budget", "200000",
+               "--vendor", "intel", env={"COLUMNS": "80"}).stdout
+    assert "! throughput is an upper bound" in text

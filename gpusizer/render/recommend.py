@@ -327,6 +327,8 @@ def plan_text(plan: Plan) -> str:
         out.append(line)
         why = f"{c.strategy}, score {c.score:.0f}/100" + (f": {', '.join(c.reason_fields)}" if c.reason_fields else "")
         out.append("    " + why)
+        if c.upper_bound:
+            out.append("      ! throughput is an upper bound (decode without the per-SM cap)")
     return "\n".join(out)
 
 
