@@ -277,7 +277,12 @@ def test_advisory_fires_per_gpu_and_workload_notes_once(cli_json):
     assert any("unclear and framework-dependent" in n for n in doc["notes"])
     for g in doc["results"]["ranked"]:
         fired = {a["rule"] for a in g["advisories"]}
-        assert ("no-nvlink-multigpu" in fired) == (BY_ID[g["gpu_id"]].nvlink_gb_s is None)
+        # fires where the GPUs talk over PCIe; an SXM module without an NVLink figure (b100) is unknown, not PCIe
+        from gpusizer.hardware.vendors import gpu_fabric
+
+        assert ("no-nvlink-multigpu" in fired) == (gpu_fabric(BY_ID[g["gpu_id"]]) == "pcie")
+    b100 = next(g for g in doc["results"]["ranked"] if g["gpu_id"] == "b100")
+    assert "no-nvlink-multigpu" not in {a["rule"] for a in b100["advisories"]}
     one = cli_json("recommend", "--workload", "rnn", "--top", "50")
     assert not any("unclear" in n for n in one["notes"])
     assert all(not g["advisories"] or {a["rule"] for a in g["advisories"]} <= {"no-tensor-cores"}

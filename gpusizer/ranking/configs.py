@@ -60,6 +60,8 @@ class Configuration(BaseModel):
     reasons: tuple[str, ...] = ()
     reason_fields: tuple[str, ...] = ()
     advisories: tuple[str, ...] = ()
+    #: the throughput is an upper bound (Speed.upper_bound: decode without the per-SM cap)
+    upper_bound: bool = False
 
 
 class Plan(BaseModel):

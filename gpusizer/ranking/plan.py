@@ -78,9 +78,10 @@ def plan_purchase(
     notes = ("GPU prices only (street, else launch): no hosts, power or networking",
              f"as many as the budget buys, {NODE_GPUS} a node (SXM: boards of {NODE_GPUS}); "
              "nodes need RDMA")
+    numbered = _numbered(configs, preq.top)
     return Plan(objective="budget", goal=f"the most {unit} for ${budget:,.0f} of GPUs",
-                configurations=_numbered(configs, preq.top), considered=considered, met=len(configs),
-                notes=notes + tuple(base.notes))
+                configurations=numbered, considered=considered, met=len(configs),
+                notes=notes + upper_bound_notes(numbered) + _base_notes(base.notes))
 
 
 def plan_cloud(
@@ -117,8 +118,10 @@ def plan_cloud(
         lambda c: (c.hours if c.hours is not None else -c.throughput_per_s, c.cost_usd or math.inf))
     configs.sort(key=key)
     notes = ("on-demand list prices (dated: gpusizer systems list); no storage or egress",)
-    return Plan(objective=preq.objective, goal=_cloud_goal(preq), configurations=_numbered(configs, preq.top),
-                considered=considered, met=len(configs), notes=notes + tuple(base.notes))
+    numbered = _numbered(configs, preq.top)
+    return Plan(objective=preq.objective, goal=_cloud_goal(preq), configurations=numbered,
+                considered=considered, met=len(configs),
+                notes=notes + upper_bound_notes(numbered) + _base_notes(base.notes))
 
 
 # --------------------------------------------------------------------------
@@ -170,6 +173,7 @@ def _config(r: GpuResult, gpn: int, nodes: int, strategy: str, system: System | 
         usd_per_hour=(system.price.on_demand_usd_per_hour * nodes
                       if system is not None and system.price and system.price.on_demand_usd_per_hour else None),
         score=r.score, reasons=tuple(c.message for c in top), reason_fields=tuple(c.field for c in top), advisories=tuple(a.message for a in r.advisories),
+        upper_bound=speed.upper_bound,
     )
 
 
@@ -236,3 +240,15 @@ def _cloud_goal(preq: PlanRequest) -> str:
 
 def _numbered(configs: Sequence[Configuration], top: int) -> tuple[Configuration, ...]:
     return tuple(c.model_copy(update={"rank": i}) for i, c in enumerate(configs[:top], 1))
+
+
+def _base_notes(notes: Sequence[str]) -> tuple[str, ...]:
+    """The one-GPU ranking's notes a plan repeats; its upper-bound note gives way to the plan's own."""
+    return tuple(n for n in notes if not n.startswith("speed is an upper bound for"))
+
+
+def upper_bound_notes(configs: Sequence[Configuration]) -> tuple[str, ...]:
+    """A note naming the listed configurations whose throughput is an upper bound."""
+    upper = [c.label for c in configs if c.upper_bound]
+    return (f"throughput is an upper bound for {', '.join(upper)}: decode on those GPUs is timed without the per-SM "
+            "cap calibrated on NVIDIA GPUs, so they may place higher than they run",) if upper else ()

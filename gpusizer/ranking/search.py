@@ -225,6 +225,10 @@ class Speed(BaseModel):
     relative: float | None = None
     #: tokens in one sample of a sequence model (to turn tokens into samples and back); None otherwise
     tokens_per_sample: int | None = None
+    #: the modelled speed is an upper bound, not an estimate (PerfEstimate.upper_bound): a ranking on it
+    #: may put this GPU too high; upper_bound_reason says why
+    upper_bound: bool = False
+    upper_bound_reason: str | None = None
     note: str | None = None
 
 
@@ -428,6 +432,14 @@ def field_value(gpu: Gpu, field: str, precision: str) -> Any:
         return gpu.has_tensor_cores
     if field == "has_tensor_precision":
         return tensor_precision_present(gpu, precision)
+    if field == "gpu_fabric":
+        from gpusizer.hardware.vendors import gpu_fabric
+
+        return gpu_fabric(gpu)
+    if field == "vendor_fabric":
+        from gpusizer.hardware.vendors import GPU_FABRIC
+
+        return GPU_FABRIC.get(gpu.vendor, "GPU-to-GPU link")
     raise KeyError(field)  # pragma: no cover - DERIVED_FIELDS and this function move together
 
 
@@ -678,7 +690,8 @@ def recommend(
         beyond_top=tuple(beyond), qualified=len(qualified), price_basis=_price_basis(qualified, req.sort),
         excluded=excluded,
         sharded_options=_sharded_options(results, req, run.mem_cfg) if req.shape is not None else (),
-        notes=(*_notes(run, fit_notes), *vendor_notes([by_label[r.label].gpu for r in ranked])),
+        notes=(*_notes(run, fit_notes), *_upper_bound_notes(ranked),
+               *vendor_notes([by_label[r.label].gpu for r in ranked])),
         why_not=tuple(_why_not(gpu_id, asked, [*ranked, *beyond], excluded, pool or [c.gpu for c in candidates], req)
                       for gpu_id, asked in req.why_not),
     )
@@ -983,6 +996,17 @@ def _price_basis(qualified: Sequence[GpuResult], sort: str) -> str:
     )
 
 
+def _upper_bound_notes(ranked: Sequence[GpuResult]) -> tuple[str, ...]:
+    """One note naming the listed GPUs whose speed is an upper bound, and what that does to the order."""
+    upper = [r for r in ranked if r.speed is not None and r.speed.upper_bound]
+    if not upper:
+        return ()
+    return (f"speed is an upper bound for {', '.join(r.label for r in upper)}: matrix-vector decode on them is "
+            "timed without the per-SM cap calibrated on NVIDIA GPUs (their SM count is unknown, or they have no "
+            "SMs in NVIDIA's sense), so they may rank higher than they run; their error band is widened "
+            "(estimate --gpu ID says why)",)
+
+
 def _notes(run: _Run, fit_notes: Sequence[str]) -> tuple[str, ...]:
     """The memory fit's notes, the workload's notes (advisories without a test), then what was not checked."""
     notes = list(fit_notes)
@@ -1145,5 +1169,6 @@ def _speed(
         per_gpu_throughput_per_s=est.per_gpu_throughput_per_s, batch=batch, bound=est.bound,
         scaling_efficiency=est.scaling_efficiency, error_band=est.error_band,
         transport=est.transport, tokens_per_sample=est.tokens_per_sample,
+        upper_bound=est.upper_bound, upper_bound_reason=est.upper_bound_reason,
         note="; ".join(est.notes) or None,
     )

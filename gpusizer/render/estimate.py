@@ -65,7 +65,8 @@ def summary_table(est: PerfEstimate, gpu: Gpu, inputs: Mapping[str, Any], batch_
     table.add_column("what", style="bold")
     table.add_column("value")
     band = f" (error band {est.error_band:.0%}{_miss_share(held_out_within)}; docs/accuracy.md)"
-    table.add_row("throughput", _rate(est.throughput_per_s, est.throughput_unit) + band)
+    bound = "at most " if est.upper_bound else ""  # an upper bound: the notes say why
+    table.add_row("throughput", bound + _rate(est.throughput_per_s, est.throughput_unit) + band)
     if n > 1:
         table.add_row("per GPU", _rate(est.per_gpu_throughput_per_s, est.throughput_unit))
     table.add_row("step time", f"{_seconds(est.step_time_s)} per step of {format_count(est.samples_per_step)} "

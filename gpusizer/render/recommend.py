@@ -180,6 +180,8 @@ def _cautions(r: GpuResult) -> list[str]:
         out.append(f"  ! {r.outclassed_by} is at least as fast for no more money")
     if r.speed is not None and r.speed.note and r.speed.throughput_per_s is None:
         out.append(f"  ! speed: {r.speed.note}")
+    if r.speed is not None and r.speed.upper_bound and r.speed.throughput_per_s is not None:
+        out.append("  ! speed is an upper bound (decode timed without the per-SM cap)")
     return out
 
 
@@ -325,6 +327,8 @@ def plan_text(plan: Plan) -> str:
         out.append(line)
         why = f"{c.strategy}, score {c.score:.0f}/100" + (f": {', '.join(c.reason_fields)}" if c.reason_fields else "")
         out.append("    " + why)
+        if c.upper_bound:
+            out.append("      ! throughput is an upper bound (decode without the per-SM cap)")
     return "\n".join(out)
 
 
@@ -339,7 +343,8 @@ def verdict(rec: Recommendation) -> str:
     top = rec.ranked[0]
     words = f"{top.label} ranks first of {rec.qualified} qualifying GPUs by {rec.sort}"
     if top.speed is not None and top.speed.throughput_per_s is not None:
-        words += f" ({fmt(float(top.speed.throughput_per_s))} {UNIT_SHORT.get(top.speed.unit, top.speed.unit)})"
+        bound = ", an upper bound" if top.speed.upper_bound else ""
+        words += f" ({fmt(float(top.speed.throughput_per_s))} {UNIT_SHORT.get(top.speed.unit, top.speed.unit)}{bound})"
     priced = [r for r in rec.ranked if r.value_per_kusd is not None]
     if priced:
         best = max(priced, key=lambda r: r.value_per_kusd or 0.0)
