@@ -285,6 +285,50 @@ def test_latency_target_picks_the_largest_concurrency_that_meets_it():
         "llama-2-13b", max_itl_ms=30, **kw).results.batch_source
 
 
+@pytest.mark.parametrize(("model", "tp", "target_ms"), [("llama-3.1-8b", 1, 30), ("llama-3.1-70b", 4, 60)])
+def test_latency_search_stops_where_serve_says_memory_is_full(cli_json, model, tp, target_ms):
+    """estimate --max-itl-ms and serve count memory the same way (serve's paged KV cache with
+    chunked prefill, not a forward pass over every prompt at once): when the target is loose,
+    the concurrency is what serve holds on the same GPU, context and utilization, and the
+    result says memory, not latency, stopped it (audit finding 6: it said 63, serve 110)."""
+    gpu, context = "h100-sxm5-80gb", 4096
+    served = cli_json("serve", "--model", model, "--gpu", gpu, "--context", str(context), "--tp", str(tp))
+    held = served["results"]["rows"][0]["max_concurrency"]
+    layout = ["--gpus", str(tp), "--strategy", "tp"] if tp > 1 else []
+    doc = cli_json("estimate", "--model", model, "--gpu", gpu, "--inference", "--seq-len", str(context),
+                   "--max-itl-ms", str(target_ms), *layout)
+    serving = doc["results"]["serving"]
+    assert held > 64 and serving["concurrency"] == serving["memory_concurrency"] == held
+    assert serving["limited_by"] == "memory" and serving["itl_s"] <= target_ms / 1e3
+    assert doc["results"]["memory"]["fits"] is True and doc["results"]["batch_per_gpu"] == held
+    assert any(n.startswith("memory, not latency, limits the concurrency") for n in doc["notes"])
+
+
+def test_latency_search_says_when_latency_stops_it(cli, cli_json):
+    kw = ("--model", "llama-3.1-8b", "--gpu", "h100-sxm5-80gb", "--inference", "--seq-len", "4096")
+    serving = cli_json("estimate", *kw, "--max-itl-ms", "20")["results"]["serving"]
+    assert serving["limited_by"] == "latency" and serving["itl_s"] <= 0.020
+    assert serving["concurrency"] < serving["memory_concurrency"]
+    beyond = cli_json("estimate", *kw, "--batch", str(serving["concurrency"] + 1))["results"]["serving"]
+    assert beyond["itl_s"] > 0.020
+    human = cli("estimate", *kw, "--max-itl-ms", "30", env={"COLUMNS": "80"}).stdout
+    assert "(the most memory holds; within" in " ".join(human.split())
+    assert "(the most within 20 ms a token)" in cli("estimate", *kw, "--max-itl-ms", "20",
+                                                     env={"COLUMNS": "80"}).stdout
+
+
+def test_serving_estimate_checks_memory_as_serve_does(cli_json):
+    """A decode batch over what serve holds does not fit; at what it holds it does (not the
+    126 GiB a single forward pass over 110 whole prompts would need)."""
+    kw = ("--model", "llama-3.1-8b", "--gpu", "h100-sxm5-80gb", "--inference", "--seq-len", "4096")
+    held = cli_json("serve", "--model", "llama-3.1-8b", "--gpu", "h100-sxm5-80gb", "--context", "4096",
+                    "--tp", "1")["results"]["rows"][0]["capacity"]
+    at = cli_json("estimate", *kw, "--batch", str(held["max_concurrency"]))["results"]["memory"]
+    over = cli_json("estimate", *kw, "--batch", str(held["max_concurrency"] + 1), code=4)["results"]["memory"]
+    assert at["fits"] and not over["fits"] and at["capacity_bytes"] == held["budget_bytes"]
+    assert at["per_gpu_bytes"] <= held["budget_bytes"] < over["per_gpu_bytes"]
+
+
 def test_serving_options_belong_to_decoders(cli):
     result = cli("estimate", "--model", "resnet50", "--gpu", "a100-sxm4-80gb", "--max-itl-ms", "20", "--json")
     assert result.exit_code == ExitCode.USAGE and "--max-itl-ms:" in result.stderr
