@@ -553,3 +553,32 @@ def test_lora_on_fused_experts_counts_and_says_the_saved_expert_weights():
     assert any("one layer" in n for n in ckpt.notes)
     linear = m.model_copy(update={"expert_adapters": "linear"})
     assert expert_weight_copy_elements(linear, Adapter(rank=16)) == 0
+
+
+# --------------------------------------------------------------------------
+# contexts beyond the model's
+
+
+@pytest.mark.parametrize("command", [
+    ("serve", "--model", "llama-2-7b", "--gpu", "h100-sxm5-80gb", "--users", "1", "--context", "1000000"),
+    ("fit-model", "--model", "llama-2-7b", "--inference", "--seq-len", "100000", "--gpu", "h100-sxm5-80gb"),
+    ("estimate", "--model", "llama-2-7b", "--gpu", "h100-sxm5-80gb", "--inference", "--seq-len", "100000",
+     "--batch", "1"),
+    ("recommend", "--workload", "llm-inference", "--model", "llama-2-7b", "--seq-len", "100000", "--top", "1"),
+], ids=lambda c: c[0])
+def test_a_context_beyond_the_models_is_a_note_naming_both(cli, command):
+    """Llama 2's config.json: max_position_embeddings 4096. Past it is allowed (RoPE scaling
+    exists), but every command says so, naming both numbers, in --json notes and on stderr."""
+    doc = json.loads(cli(*command, "--json").stdout)
+    tokens = "1,000,000" if "1000000" in command else "100,000"
+    beyond = [n for n in doc["notes"] if "beyond" in n]
+    assert len(beyond) == 1 and tokens in beyond[0] and "context of 4,096 tokens" in beyond[0]
+    human = cli(*command, env={"COLUMNS": "80"})
+    assert "beyond Llama 2 7B's context of 4,096" in " ".join(human.stderr.split())
+
+
+def test_a_context_within_the_models_has_no_note(cli_json):
+    doc = cli_json("serve", "--model", "llama-2-7b", "--gpu", "h100-sxm5-80gb", "--context", "4096")
+    assert not [n for n in doc["notes"] if "beyond" in n]
+    gemma = cli_json("fit-model", "--model", "gemma-2-9b", "--inference", "--seq-len", "8193", "--gpu", "h200")
+    assert any("8,193 tokens is beyond Gemma 2 9B's context of 8,192" in n for n in gemma["notes"])

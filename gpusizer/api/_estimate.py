@@ -23,7 +23,7 @@ from gpusizer.api._common import (
 from gpusizer.domain.parallelism import LAYOUT_DEGREES, Parallelism, sharded_gpus, tensor_parallel
 from gpusizer.domain.precision import default_precision, storage_precision
 from gpusizer.domain.run import RunConfig
-from gpusizer.domain.shape import ModelShape
+from gpusizer.domain.shape import ModelShape, beyond_context_note
 from gpusizer.errors import NothingFitsError, UsageError
 from gpusizer.hardware.catalog import Catalog, Gpu
 from gpusizer.hardware.systems import Systems
@@ -174,7 +174,8 @@ def estimate(
     given_batch = settings.get("batch", run.batch if run is not None and "batch" in run.model_fields_set else None)
     cfg = _layout(_run(run, {**settings, "mode": mode, "precision": mem_prec, "batch": given_batch or 1,
                              "persistent_grads": grad_accumulation > 1, "gpus": gpus}), nodes, grad_accumulation)
-    notes = [n for n in (res.note, *node.notes, input_default_note(shape, cfg)) if n]
+    notes = [n for n in (res.note, *node.notes, input_default_note(shape, cfg), beyond_context_note(shape, cfg.seq_len))
+             if n]
     inputs = {
         "model": shape.name, "params": shape.params, "gpu": gpu or node.gpu, "system": system, "resolved_id": g.id,
         "gpus": gpus, "nodes": nodes, "interconnect": interconnect, "nics_per_node": nics_per_node, "precision": prec,

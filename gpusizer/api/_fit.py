@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field
 
 from gpusizer.api._common import _FROZEN, MAX_OVERHEAD_BYTES, Result, _check_range, _run, load_catalog, resolve_model
 from gpusizer.domain.run import RunConfig
-from gpusizer.domain.shape import ModelShape
+from gpusizer.domain.shape import ModelShape, beyond_context_note
 from gpusizer.errors import UsageError
 from gpusizer.exact.source import ExactTrace
 from gpusizer.hardware.catalog import Catalog
@@ -161,7 +161,8 @@ def fit_model(
         inputs = {"model": shape.name, "params": shape.params, "method": method, **cfg.model_dump(mode="json"),
                   **resolved_input(shape, cfg)}
         assumed = input_default_note(shape, cfg) if method != "rule-of-thumb" else None
-        notes += [assumed] if assumed else []
+        beyond = beyond_context_note(shape, cfg.seq_len)
+        notes += [n for n in (assumed, beyond) if n]
     inputs.update(gpus_checked=[c.label for c in capacities], local=probe is not None)
     results = FitResults(
         model=report.model_name, params=report.params, method=report.method, breakdown=report.breakdown,

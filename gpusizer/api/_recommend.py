@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field
 
 from gpusizer.api._common import Result, _check_cluster, load_catalog, perf_data, resolve_model
-from gpusizer.domain.shape import ModelShape
+from gpusizer.domain.shape import ModelShape, beyond_context_note
 from gpusizer.errors import DataFileError, NothingFitsError, UsageError
 from gpusizer.hardware.catalog import Catalog
 from gpusizer.hardware.systems import System
@@ -95,6 +95,8 @@ def recommend(
         why_not=tuple({cat.resolve(name).gpu.id: name for name in reversed(list(why_not))}.items())[::-1],
     )
     candidates, notes = _candidates(probe, cat)
+    beyond = beyond_context_note(shape, seq_len) if shape is not None else None
+    notes += [beyond] if beyond else []
     if sys_ is not None:
         candidates = tuple(c for c in candidates if c.gpu.id == sys_.gpu)
     reference = _reference(ruleset, wl, cache_dir) if shape is None else None

@@ -10,7 +10,7 @@ from pydantic import BaseModel
 
 from gpusizer.api._common import _FROZEN, Result, _run, load_catalog, resolve_model
 from gpusizer.domain.parallelism import tensor_parallel
-from gpusizer.domain.shape import ModelShape
+from gpusizer.domain.shape import ModelShape, beyond_context_note
 from gpusizer.errors import UsageError
 from gpusizer.hardware.catalog import Catalog
 from gpusizer.hardware.vendors import DEFAULT_VENDOR, VENDOR_NAMES, check_vendor, vendor_notes, vendor_wanted
@@ -89,6 +89,8 @@ def serve(
     resolved = (cat.resolve_many(names) if names
                 else [cat.resolve(g.id) for g in cat.gpus if vendor_wanted(vendor, g)])
     notes = [*(r.note for r in resolved if r.note), *vendor_notes([r.gpu for r in resolved], speeds=False, verb="checked")]
+    beyond = beyond_context_note(shape, context, "context")
+    notes += [beyond] if beyond else []
     rows = []
     for res in resolved:
         g = res.gpu

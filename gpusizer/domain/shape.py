@@ -346,6 +346,18 @@ def shape_from_params(params: int) -> ModelShape:
     return ModelShape(name=f"{params:,} parameters", params=params)
 
 
+def beyond_context_note(shape: ModelShape, tokens: int | None, what: str = "sequence length") -> str | None:
+    """A note when ``tokens`` is longer than the model's known context (its config's
+    ``max_position_embeddings``); None when it is not, or the context is unknown. Not an
+    error: RoPE scaling (YaRN, linear or NTK interpolation) runs models past it."""
+    m = shape.transformer
+    if tokens is None or m is None or m.max_seq_len is None or tokens <= m.max_seq_len:
+        return None
+    return (f"a {what} of {tokens:,} tokens is beyond {shape.name}'s context of {m.max_seq_len:,} tokens: it "
+            "needs RoPE scaling or a long-context variant (quality past the context is not modelled); the figures "
+            "assume it runs")
+
+
 __all__ = [
     "CnnShape",
     "LatentAttention",
@@ -353,6 +365,7 @@ __all__ = [
     "RnnShape",
     "TransformerShape",
     "arch_of",
+    "beyond_context_note",
     "shape_from_model",
     "shape_from_params",
 ]
