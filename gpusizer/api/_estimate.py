@@ -14,7 +14,9 @@ from gpusizer.api._common import (
     Result,
     _check_cluster,
     _check_range,
+    _given_weights,
     _run,
+    checkpoint_defaults,
     load_catalog,
     perf_data,
     resolve_model,
@@ -168,14 +170,17 @@ def estimate(
     node = resolve_node(system, gpu, gpus, catalog=cat, interconnect=interconnect, nics_per_node=nics_per_node,
                         nodes=nodes, price_per_hour=price_per_hour, cache_dir=cache_dir)
     gpus, price_per_hour, g = node.gpus, node.price_per_gpu_hour, (res := cat.resolve(node.gpu)).gpu
+    ckpt, ckpt_note = checkpoint_defaults(shape, mode, given=_given_weights(settings, run, precision))
+    precision = ckpt.get("precision", precision)
+    settings = {**settings, **{k: v for k, v in ckpt.items() if k == "weight_format"}}
     adapted = settings.get("adapter", run.adapter if run is not None else None) is not None
     prec = precision or default_precision(mode, adapters=adapted)
     mem_prec = storage_precision(prec, mode)
     given_batch = settings.get("batch", run.batch if run is not None and "batch" in run.model_fields_set else None)
     cfg = _layout(_run(run, {**settings, "mode": mode, "precision": mem_prec, "batch": given_batch or 1,
                              "persistent_grads": grad_accumulation > 1, "gpus": gpus}), nodes, grad_accumulation)
-    notes = [n for n in (res.note, *node.notes, input_default_note(shape, cfg), beyond_context_note(shape, cfg.seq_len))
-             if n]
+    notes = [n for n in (res.note, *node.notes, ckpt_note, input_default_note(shape, cfg),
+                         beyond_context_note(shape, cfg.seq_len)) if n]
     inputs = {
         "model": shape.name, "params": shape.params, "gpu": gpu or node.gpu, "system": system, "resolved_id": g.id,
         "gpus": gpus, "nodes": nodes, "interconnect": interconnect, "nics_per_node": nics_per_node, "precision": prec,

@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from gpusizer.api._common import _FROZEN, Result, _run, load_catalog, resolve_model
+from gpusizer.api._common import _FROZEN, Result, _given_weights, _run, checkpoint_defaults, load_catalog, resolve_model
 from gpusizer.domain.parallelism import tensor_parallel
 from gpusizer.domain.shape import ModelShape, beyond_context_note
 from gpusizer.errors import UsageError
@@ -82,7 +82,8 @@ def serve(
     (4, True)
     """
     shape = resolve_model(model, params=params, hf_config=hf_config, cache_dir=cache_dir)
-    cfg = _run(None, {**settings, "mode": "inference"})
+    ckpt, ckpt_note = checkpoint_defaults(shape, "inference", given=_given_weights(settings))
+    cfg = _run(None, {**settings, **ckpt, "mode": "inference"})
     vendor = check_vendor(vendor)
     cat = catalog or load_catalog(cache_dir=cache_dir)
     names = [gpu] if isinstance(gpu, str) else list(gpu or ())
@@ -90,7 +91,7 @@ def serve(
                 else [cat.resolve(g.id) for g in cat.gpus if vendor_wanted(vendor, g)])
     notes = [*(r.note for r in resolved if r.note), *vendor_notes([r.gpu for r in resolved], speeds=False, verb="checked")]
     beyond = beyond_context_note(shape, context, "context")
-    notes += [beyond] if beyond else []
+    notes += [n for n in (ckpt_note, beyond) if n]
     rows = []
     for res in resolved:
         g = res.gpu

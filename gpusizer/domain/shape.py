@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from gpusizer.domain.precision import CheckpointQuantization
+
 if TYPE_CHECKING:
     from gpusizer.models.zoo import Model
 
@@ -266,6 +268,9 @@ class ModelShape(BaseModel):
     arch: Arch | None = None
     #: the zoo id (or HF-config id) the shape came from; None for --params
     model_id: str | None = None
+    #: how the checkpoint stores its weights (a Hugging Face config's quantization_config); None:
+    #: unquantised, or not known. Inference runs default to it (gpusizer.api._common.checkpoint_defaults)
+    checkpoint: CheckpointQuantization | None = None
 
     @model_validator(mode="after")
     def _check(self) -> ModelShape:
@@ -338,7 +343,7 @@ def arch_of(model: Model) -> Arch:
 def shape_from_model(model: Model, *, trainable_params: int | None = None) -> ModelShape:
     """The shape of a zoo entry or of a model read from a Hugging Face config."""
     return ModelShape(name=model.name, params=model.params, trainable_params=trainable_params, kind=model.kind,
-                      arch=arch_of(model), model_id=model.id)
+                      arch=arch_of(model), model_id=model.id, checkpoint=model.checkpoint_quantization)
 
 
 def shape_from_params(params: int) -> ModelShape:

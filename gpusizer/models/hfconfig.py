@@ -107,6 +107,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from gpusizer import datafiles
+from gpusizer.domain.precision import checkpoint_quantization
 from gpusizer.errors import DataFileError
 from gpusizer.models.zoo import Model
 
@@ -699,6 +700,7 @@ def model_from_hf_config(doc: object, origin: str) -> Model:
                  "memory (pip install 'gpusizer[torch]')",
         )
     fields = family.build(c, family)
+    fields["checkpoint_quantization"] = checkpoint_quantization(doc.get("quantization_config"))
     model_id, name = _naming(c, model_type)
     fields.update(
         id=model_id,
