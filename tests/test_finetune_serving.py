@@ -582,3 +582,36 @@ def test_a_context_within_the_models_has_no_note(cli_json):
     assert not [n for n in doc["notes"] if "beyond" in n]
     gemma = cli_json("fit-model", "--model", "gemma-2-9b", "--inference", "--seq-len", "8193", "--gpu", "h200")
     assert any("8,193 tokens is beyond Gemma 2 9B's context of 8,192" in n for n in gemma["notes"])
+
+
+# --------------------------------------------------------------------------
+# sliding-window layers in serve
+
+
+def test_serve_says_how_sliding_window_layers_are_counted(cli_json):
+    """Gemma 3 27B: 52 of its 62 layers attend within 1,024 tokens (config.json sliding_window 1024,
+    sliding_window_pattern 6). At 32k context each sequence holds those layers' window plus a
+    prefill chunk (vLLM's SlidingWindowSpec), so it needs far fewer blocks than the whole context."""
+    kw = ("--model", "gemma-3-27b-text", "--gpu", "h100-sxm5-80gb", "--tp", "1")
+    long = cli_json("serve", *kw, "--context", "32768")
+    cap = long["results"]["rows"][0]["capacity"]
+    assert any(n.startswith("52 of 62 layers attend within a 1,024-token window") for n in long["notes"])
+    full_blocks = 62 * 32768 // BLOCK_TOKENS // 10  # every layer at full context, in blocks of 10 layers
+    assert cap["blocks_per_sequence"] == 2048 + 6 * ((1023 + 8192 + 15) // 16 + 1) < full_blocks / 2
+    # a context the window and one prefill chunk reach: sliding layers hold all of it, no note
+    short = cli_json("serve", *kw, "--context", "8192")
+    assert not [n for n in short["notes"] if "window" in n]
+
+
+def test_mistral_7b_v01_keeps_a_4096_token_window_on_every_layer():
+    """mistralai/Mistral-7B-v0.1 config.json: sliding_window 4096, no layer_types: vLLM gives every
+    layer a SlidingWindowSpec, so a 32k sequence holds 4,095 + 8,192 tokens a layer, not 32,768."""
+    shape = gpusizer.resolve_model("mistral-7b")
+    m = shape.transformer
+    assert m is not None and (m.sliding_layers, m.sliding_window) == (32, 4096)
+    windowed = serving_capacity(shape, RunConfig(mode="inference"), 80 * GIB, 32768)
+    unwindowed = serving_capacity(shape.model_copy(update={"arch": m.model_copy(
+        update={"sliding_layers": 0, "sliding_window": None})}), RunConfig(mode="inference"), 80 * GIB, 32768)
+    assert windowed.blocks_per_sequence == (4095 + 8192 + 15) // 16 + 1
+    assert unwindowed.blocks_per_sequence == 32768 // 16
+    assert windowed.max_concurrency > 2 * unwindowed.max_concurrency
