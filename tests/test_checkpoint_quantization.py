@@ -122,3 +122,13 @@ def test_unmapped_and_training_runs_say_so(tmp_path, cli_json):
 def test_zoo_models_carry_no_checkpoint_quantization():
     assert gpusizer.resolve_model("llama-3.1-8b").checkpoint is None
     assert model_from_hf_config(QWEN2_7B, "config.json").checkpoint_quantization is None
+
+
+def test_recommend_ranks_the_checkpoints_weights(tmp_path, cli_json):
+    awq = _write(tmp_path, "awq", QWEN2_7B, QWEN25_7B_AWQ)
+    doc = cli_json("recommend", "--workload", "llm-inference", "--hf-config", str(awq), "--top", "1")
+    assert doc["input"]["weight_format"] == "awq-int4-g128"
+    bnb = _write(tmp_path, "bnb", LLAMA_3_8B, LLAMA3_8B_BNB_4BIT)
+    doc = cli_json("recommend", "--workload", "llm-inference", "--hf-config", str(bnb), "--top", "1")
+    assert doc["input"]["precision"] != "int4"
+    assert any("the checkpoint's weights are int4" in n and "does not rank" in n for n in doc["notes"])

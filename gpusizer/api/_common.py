@@ -117,6 +117,21 @@ def checkpoint_defaults(shape: ModelShape | None, mode: str, *, given: bool) -> 
     return {"precision": q.precision}, (f"precision {q.precision} (default: {what}); give a precision or a weight "
                                         "format to change it")
 
+def checkpoint_run(
+    shape: ModelShape | None, mode: str, settings: dict[str, Any], *, run: RunConfig | None = None,
+    precision: str | None = None, precisions: tuple[str, ...] | None = None,
+) -> tuple[str | None, dict[str, Any], str | None]:
+    """:func:`checkpoint_defaults` for a command that takes the precision apart from the run's
+    settings: (the precision, the settings with the checkpoint's weight format, the note).
+    ``precisions``: those the command takes (a checkpoint precision outside them is noted, not used)."""
+    ckpt, note = checkpoint_defaults(shape, mode, given=_given_weights(settings, run, precision))
+    if precisions is not None and ckpt.get("precision", precisions[0]) not in precisions:
+        note = (f"the checkpoint's weights are {ckpt['precision']} (its quantization_config), which this command "
+                "does not rank: they are counted at its default precision")
+        ckpt = {}
+    weights = {"weight_format": ckpt["weight_format"]} if "weight_format" in ckpt else {}
+    return ckpt.get("precision", precision), {**settings, **weights}, note
+
 def _given_weights(settings: dict[str, Any], run: RunConfig | None = None, precision: str | None = None) -> bool:
     """The run names its own precision or weight format (settings, a base RunConfig, or an argument)."""
     named = {"precision", "weight_format"}

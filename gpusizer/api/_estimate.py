@@ -14,9 +14,8 @@ from gpusizer.api._common import (
     Result,
     _check_cluster,
     _check_range,
-    _given_weights,
     _run,
-    checkpoint_defaults,
+    checkpoint_run,
     load_catalog,
     perf_data,
     resolve_model,
@@ -170,17 +169,14 @@ def estimate(
     node = resolve_node(system, gpu, gpus, catalog=cat, interconnect=interconnect, nics_per_node=nics_per_node,
                         nodes=nodes, price_per_hour=price_per_hour, cache_dir=cache_dir)
     gpus, price_per_hour, g = node.gpus, node.price_per_gpu_hour, (res := cat.resolve(node.gpu)).gpu
-    ckpt, ckpt_note = checkpoint_defaults(shape, mode, given=_given_weights(settings, run, precision))
-    precision = ckpt.get("precision", precision)
-    settings = {**settings, **{k: v for k, v in ckpt.items() if k == "weight_format"}}
+    precision, settings, ckpt_note = checkpoint_run(shape, mode, settings, run=run, precision=precision)
     adapted = settings.get("adapter", run.adapter if run is not None else None) is not None
     prec = precision or default_precision(mode, adapters=adapted)
     mem_prec = storage_precision(prec, mode)
     given_batch = settings.get("batch", run.batch if run is not None and "batch" in run.model_fields_set else None)
     cfg = _layout(_run(run, {**settings, "mode": mode, "precision": mem_prec, "batch": given_batch or 1,
                              "persistent_grads": grad_accumulation > 1, "gpus": gpus}), nodes, grad_accumulation)
-    notes = [n for n in (res.note, *node.notes, ckpt_note, input_default_note(shape, cfg),
-                         beyond_context_note(shape, cfg.seq_len)) if n]
+    notes = [n for n in (res.note, *node.notes, ckpt_note, *_input_notes(shape, cfg)) if n]
     inputs = {
         "model": shape.name, "params": shape.params, "gpu": gpu or node.gpu, "system": system, "resolved_id": g.id,
         "gpus": gpus, "nodes": nodes, "interconnect": interconnect, "nics_per_node": nics_per_node, "precision": prec,
@@ -206,18 +202,19 @@ def estimate(
                      topology=node.topology, **perf_data(cat, cache_dir))
     serving = None
     if _serves(shape, cfg, phase):
-        inputs["prompt"] = prompt or cfg.seq_len or default_seq_len(shape)
-        inputs["max_itl_ms"] = max_itl_ms
-        if given_batch is None and max_itl_ms is None:
-            cfg, batch_note = _served_batch(shape, cfg, mem_cfg, g, batch_note)
-        serving, cfg, batch_note = _serving(shape, cfg, mem_cfg, g, perf, inputs["prompt"], max_itl_ms, batch_note,
-                                            notes)
+        inputs.update(prompt=prompt or cfg.seq_len or default_seq_len(shape), max_itl_ms=max_itl_ms)
+        serving, cfg, batch_note = _serving(shape, cfg, mem_cfg, g, perf, inputs["prompt"], max_itl_ms,
+                                            batch_note if given_batch is None else None, notes)
         mem_cfg = mem_cfg.model_copy(update={"batch": cfg.batch})
         inputs["batch"] = cfg.batch
     elif max_itl_ms is not None or prompt is not None:
         raise UsageError("a prompt length and a latency target are for serving a decoder (inference, decode)",
                          field="max_itl_ms" if max_itl_ms is not None else "prompt")
     return _estimate_run(shape, cfg, mem_cfg, g, inputs, notes, batch_note, amount, perf, price_per_hour, serving)
+
+def _input_notes(shape: ModelShape, cfg: RunConfig) -> tuple[str | None, str | None]:
+    """What the run assumed for its input size, and whether the sequence outruns the model's context."""
+    return input_default_note(shape, cfg), beyond_context_note(shape, cfg.seq_len)
 
 def _check_phase(phase: str | None, mode: str) -> None:
     if phase is not None and mode == "train":
@@ -285,13 +282,17 @@ def _serves(shape: ModelShape, cfg: RunConfig, phase: str | None) -> bool:
 
 def _serving(
     shape: ModelShape, cfg: RunConfig, mem_cfg: RunConfig, g: Gpu, perf: _PerfArgs, prompt: int,
-    max_itl_ms: float | None, batch_note: str, notes: list[str],
+    max_itl_ms: float | None, default_note: str | None, notes: list[str],
 ) -> tuple[ServingSpeed | None, RunConfig, str]:
     """Serving latency at the batch (the concurrency), or the largest concurrency
-    meeting ``max_itl_ms`` within what memory holds."""
+    meeting ``max_itl_ms`` within what memory holds. ``default_note``: why the default batch
+    was chosen (it is then at most what serve holds); None: the batch was given."""
     context = cfg.seq_len or default_seq_len(shape)
     kw = {**perf.kwargs(), "nodes": perf.nodes}
     kw.pop("phase")
+    batch_note = "given" if default_note is None else default_note
+    if max_itl_ms is None and default_note is not None:
+        cfg, batch_note = _served_batch(shape, cfg, mem_cfg, g, default_note)
     if max_itl_ms is None:
         return serving_speed(g, shape, cfg, context=context, prompt=prompt, concurrency=cfg.batch, **kw), cfg, \
             batch_note
@@ -343,7 +344,7 @@ def _serving_capacity(shape: ModelShape, mem_cfg: RunConfig, g: Gpu, context: in
     """What a serving engine holds on ``g`` (``serve``'s paged KV cache, gpusizer.memory.serving) for
     the run's tensor-parallel group; None for a layout that model does not cover."""
     par = mem_cfg.parallelism
-    if max(par.pp, par.cp, par.ep) > 1 or par.zero_stage:
+    if max(par.pp, par.cp, par.ep) > 1 or par.weight_shards > 1:
         return None
     run = mem_cfg.model_copy(update={**tensor_parallel(par.tp), "tp": None})
     return serving_capacity(shape, run, g.memory_bytes, context)

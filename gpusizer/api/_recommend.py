@@ -11,13 +11,12 @@ from pydantic import Field
 from gpusizer.api._common import (
     Result,
     _check_cluster,
-    _given_weights,
-    checkpoint_defaults,
+    checkpoint_run,
     load_catalog,
     perf_data,
     resolve_model,
 )
-from gpusizer.domain.precision import RULE_PRECISIONS
+from gpusizer.domain.precision import RULE_PRECISIONS as RULES
 from gpusizer.domain.shape import ModelShape, beyond_context_note
 from gpusizer.errors import DataFileError, NothingFitsError, UsageError
 from gpusizer.hardware.catalog import Catalog
@@ -94,13 +93,7 @@ def recommend(
         shape = resolve_model(model, params=params, hf_config=hf_config, cache_dir=cache_dir)
     elif batch is not None:
         raise UsageError("a batch needs a model (by name, parameter count or HF config)", field="batch")
-    ckpt, ckpt_note = checkpoint_defaults(shape, wl.mode, given=_given_weights(settings, precision=precision))
-    if ckpt.get("precision") in RULE_PRECISIONS:
-        precision = ckpt["precision"]
-    elif "precision" in ckpt:  # int4 (bitsandbytes NF4): recommend's rules are not written for it
-        ckpt_note = (f"the checkpoint's weights are {ckpt['precision']} (its quantization_config), which recommend "
-                     "does not rank: they are counted at the workload's precision")
-    settings = {**settings, **{k: v for k, v in ckpt.items() if k == "weight_format"}}
+    precision, settings, ckpt_note = checkpoint_run(shape, wl.mode, settings, precision=precision, precisions=RULES)
     cat = catalog or load_catalog(cache_dir=cache_dir)
     req = RecommendRequest(
         workload=workload, precision=precision, shape=shape, batch=batch, seq_len=seq_len, image_size=image_size,
@@ -111,8 +104,7 @@ def recommend(
         why_not=tuple({cat.resolve(name).gpu.id: name for name in reversed(list(why_not))}.items())[::-1],
     )
     candidates, notes = _candidates(probe, cat)
-    beyond = beyond_context_note(shape, seq_len) if shape is not None else None
-    notes += [n for n in (ckpt_note, beyond) if n]
+    notes += [n for n in (ckpt_note, beyond_context_note(shape, seq_len) if shape is not None else None) if n]
     if sys_ is not None:
         candidates = tuple(c for c in candidates if c.gpu.id == sys_.gpu)
     reference = _reference(ruleset, wl, cache_dir) if shape is None else None
