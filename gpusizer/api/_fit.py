@@ -8,9 +8,19 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
-from gpusizer.api._common import _FROZEN, MAX_OVERHEAD_BYTES, Result, _check_range, _run, load_catalog, resolve_model
+from gpusizer.api._common import (
+    _FROZEN,
+    MAX_OVERHEAD_BYTES,
+    Result,
+    _check_range,
+    _given_weights,
+    _run,
+    checkpoint_defaults,
+    load_catalog,
+    resolve_model,
+)
 from gpusizer.domain.run import RunConfig
-from gpusizer.domain.shape import ModelShape
+from gpusizer.domain.shape import ModelShape, beyond_context_note
 from gpusizer.errors import UsageError
 from gpusizer.exact.source import ExactTrace
 from gpusizer.hardware.catalog import Catalog
@@ -131,10 +141,12 @@ def fit_model(
         raise UsageError(f"method {method!r} is not physics, rule-of-thumb or exact", field="method")
     gpu, settings = _system_gpus(system, gpu, probe, settings, cache_dir)
     _check_range(settings.get("context_bytes"), "context_bytes", "the fixed overhead in bytes", 0, MAX_OVERHEAD_BYTES)
-    cfg = _run(run, settings)
     shape, source = _model_for(method, model, params, hf_config, hf_model, torch_model, input_shape,
                                trust_remote_code, cache_dir)
-    notes: list[str] = []
+    mode = settings.get("mode") or (run.mode if run is not None else "train")
+    ckpt, ckpt_note = checkpoint_defaults(shape, mode, given=_given_weights(settings, run))
+    cfg = _run(run, {**settings, **ckpt})
+    notes: list[str] = [ckpt_note] if ckpt_note else []
     given = capacities_from_sizes([_card_size(m) for m in dict.fromkeys(memory)])  # (checked first; a repeat once)
     capacities: list[Capacity] = []
     if probe is not None:
@@ -161,7 +173,8 @@ def fit_model(
         inputs = {"model": shape.name, "params": shape.params, "method": method, **cfg.model_dump(mode="json"),
                   **resolved_input(shape, cfg)}
         assumed = input_default_note(shape, cfg) if method != "rule-of-thumb" else None
-        notes += [assumed] if assumed else []
+        beyond = beyond_context_note(shape, cfg.seq_len)
+        notes += [n for n in (assumed, beyond) if n]
     inputs.update(gpus_checked=[c.label for c in capacities], local=probe is not None)
     results = FitResults(
         model=report.model_name, params=report.params, method=report.method, breakdown=report.breakdown,

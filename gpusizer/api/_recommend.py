@@ -8,8 +8,16 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
-from gpusizer.api._common import Result, _check_cluster, load_catalog, perf_data, resolve_model
-from gpusizer.domain.shape import ModelShape
+from gpusizer.api._common import (
+    Result,
+    _check_cluster,
+    checkpoint_run,
+    load_catalog,
+    perf_data,
+    resolve_model,
+)
+from gpusizer.domain.precision import RULE_PRECISIONS as RULES
+from gpusizer.domain.shape import ModelShape, beyond_context_note
 from gpusizer.errors import DataFileError, NothingFitsError, UsageError
 from gpusizer.hardware.catalog import Catalog
 from gpusizer.hardware.systems import System
@@ -85,6 +93,7 @@ def recommend(
         shape = resolve_model(model, params=params, hf_config=hf_config, cache_dir=cache_dir)
     elif batch is not None:
         raise UsageError("a batch needs a model (by name, parameter count or HF config)", field="batch")
+    precision, settings, ckpt_note = checkpoint_run(shape, wl.mode, settings, precision=precision, precisions=RULES)
     cat = catalog or load_catalog(cache_dir=cache_dir)
     req = RecommendRequest(
         workload=workload, precision=precision, shape=shape, batch=batch, seq_len=seq_len, image_size=image_size,
@@ -95,6 +104,7 @@ def recommend(
         why_not=tuple({cat.resolve(name).gpu.id: name for name in reversed(list(why_not))}.items())[::-1],
     )
     candidates, notes = _candidates(probe, cat)
+    notes += [n for n in (ckpt_note, beyond_context_note(shape, seq_len) if shape is not None else None) if n]
     if sys_ is not None:
         candidates = tuple(c for c in candidates if c.gpu.id == sys_.gpu)
     reference = _reference(ruleset, wl, cache_dir) if shape is None else None
@@ -117,7 +127,7 @@ def _inputs(req: RecommendRequest, rec: Recommendation, preq: PlanRequest | None
     """The resolved request, every run setting with the value used (as fit-model echoes them)."""
     from gpusizer.domain.run import make_run_config
 
-    run = make_run_config(**req.run_settings).model_dump(mode="json", include={
+    run = make_run_config(**{**req.run_settings, "mode": rec.mode}).model_dump(mode="json", include={
         "checkpointing", "adapter", "offload", "offload_to", "weight_format", "loss"})
     shape = req.shape
     return {

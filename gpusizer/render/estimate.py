@@ -179,7 +179,9 @@ def serving_table(s: ServingSpeed) -> Table:
     from rich.table import Table
 
     title = f"Serving {s.concurrency:,} sequences of {s.context_tokens:,} tokens"
-    if s.max_itl_s is not None:
+    if s.max_itl_s is not None and s.limited_by == "memory":
+        title += f" (the most memory holds; within {s.max_itl_s * 1e3:g} ms a token)"
+    elif s.max_itl_s is not None:
         title += f" (the most within {s.max_itl_s * 1e3:g} ms a token)"
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_header=False)
     table.add_column("what", style="bold")
