@@ -16,7 +16,7 @@ from gpusizer.hardware.systems import System
 from gpusizer.hardware.vendors import DEFAULT_VENDOR
 from gpusizer.ranking.configs import Plan, PlanRequest
 from gpusizer.ranking.rules import RuleSet, Workload
-from gpusizer.ranking.search import Candidate, Recommendation, RecommendRequest
+from gpusizer.ranking.search import MAX_BUDGET_USD, Candidate, Recommendation, RecommendRequest
 
 if TYPE_CHECKING:
     from gpusizer.hardware.probe import ProbeReport  # (only --local's callers build one)
@@ -225,8 +225,9 @@ def _plan_request(
         except ValueError as exc:
             raise UsageError(str(exc), field="deadline") from None
     for value, field in ((max_cost, "max_cost"), (budget_per_hour, "budget_per_hour")):
-        if value is not None and not (0 < value < 1e12):
-            raise UsageError(f"{field.replace('_', ' ')} must be a positive number of US dollars", field=field)
+        if value is not None and not (0 < value <= MAX_BUDGET_USD):
+            raise UsageError(f"{field.replace('_', ' ')} must be a positive number of US dollars up to "
+                             f"{MAX_BUDGET_USD:,.0f}", field=field)
     if amount.tokens is None and amount.samples is None and budget_per_hour is None:
         raise UsageError(f"a {cloud[0].replace('_', ' ')} needs the job: a token count, or epochs of a dataset size",
                          hint="e.g. 1T tokens", field="tokens")

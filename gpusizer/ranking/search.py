@@ -522,6 +522,15 @@ def _tf32_in_rules(precision: str) -> bool:
     return precision_spec(precision).tf32_field is None
 
 
+#: The largest budget a question may give, in US dollars (a trillion): far beyond any GPU purchase
+#: (65,536 GPUs, recommend's cap, at $100,000 each is $6.6 billion), yet short enough that every
+#: figure derived from it prints whole, digit for digit, where float64 noise would follow past 1e15.
+MAX_BUDGET_USD = 1e12
+#: The largest power limit, in watts (a gigawatt): 65,536 GPUs at 1,400 W (the GB300's TDP, the
+#: highest in the catalog) draw 92 MW.
+MAX_POWER_W = 1e9
+
+
 def _check_request(req: RecommendRequest, rules: RuleSet) -> tuple[Workload, str]:
     wl = rules.workload(req.workload)
     # adapters train on a frozen 16-bit base (domain.precision.default_precision), not the workload's AMP
@@ -529,12 +538,14 @@ def _check_request(req: RecommendRequest, rules: RuleSet) -> tuple[Workload, str
     precision = req.precision or (default_precision(wl.mode, adapters=True) if adapted else wl.precision)
     if precision not in RULE_PRECISIONS:
         raise UsageError(f"precision {precision!r} is not one of {', '.join(RULE_PRECISIONS)}", field="precision")
-    if req.budget_usd is not None and not (req.budget_usd > 0 and math.isfinite(req.budget_usd)):
-        raise UsageError(f"the budget must be a positive number of US dollars, not {req.budget_usd:g}",
-                         hint="the budget is the total for all GPUs, e.g. 10000", field="budget_usd")
-    if req.max_power_w is not None and not (req.max_power_w > 0 and math.isfinite(req.max_power_w)):
-        raise UsageError(f"the power limit must be a positive number of watts, not {req.max_power_w:g}",
-                         hint="the limit is the total board power of all GPUs, e.g. 1600", field="max_power_w")
+    if req.budget_usd is not None and not (0 < req.budget_usd <= MAX_BUDGET_USD):
+        raise UsageError(f"the budget must be a positive number of US dollars up to {MAX_BUDGET_USD:,.0f}, "
+                         f"not {req.budget_usd:g}", hint="the budget is the total for all GPUs, e.g. 10000",
+                         field="budget_usd")
+    if req.max_power_w is not None and not (0 < req.max_power_w <= MAX_POWER_W):
+        raise UsageError(f"the power limit must be a positive number of watts up to {MAX_POWER_W:,.0f}, "
+                         f"not {req.max_power_w:g}", hint="the limit is the total board power of all GPUs, e.g. 1600",
+                         field="max_power_w")
     if req.gpus_per_node < 1:
         raise UsageError("the number of GPUs per node must be at least 1", field="gpus_per_node")
     if req.nodes < 1:
