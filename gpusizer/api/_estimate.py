@@ -20,7 +20,7 @@ from gpusizer.api._common import (
     resolve_model,
     resolve_node,
 )
-from gpusizer.domain.parallelism import LAYOUT_DEGREES, Parallelism, sharded_gpus
+from gpusizer.domain.parallelism import LAYOUT_DEGREES, Parallelism, idle_sharding_note, sharded_gpus
 from gpusizer.domain.precision import default_precision, storage_precision
 from gpusizer.domain.run import RunConfig
 from gpusizer.domain.shape import ModelShape
@@ -183,6 +183,7 @@ def estimate(
         "catalog_files": list(cat.files),
     }
     mem_cfg = cfg.model_copy(update={"gpus": sharded_gpus(cfg.strategy, gpus, nodes, **cfg.layout_degrees)})
+    notes += [n for n in (idle_sharding_note(cfg.strategy, mem_cfg.parallelism),) if n]
     if given_batch is None:
         try:
             choice = default_batch(shape, cfg, g.memory_bytes, precision=prec, phase=phase, nodes=nodes)

@@ -194,6 +194,8 @@ def _print_estimate(ctx: typer.Context, result: EstimateResult, json_out: bool) 
             raise typer.Exit(int(ExitCode.NOTHING_FITS))
         return
     if not res.fits:
+        # the notes but the last, which repeats the error (the JSON document has no error to say it)
+        _warn(ctx, [n for n in result.notes if not (res.reason and n.startswith(res.reason))])
         report_note(ctx)
         raise NothingFitsError(res.reason or "nothing fits", hint=res.hint)
     from gpusizer.performance.calibration import load_calibration

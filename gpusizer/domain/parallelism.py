@@ -331,6 +331,20 @@ STRATEGY_LABELS: dict[str, str] = {"ddp": "DDP", "zero1": "ZeRO-1", "zero2": "Ze
                                    "fsdp": "FSDP", "tp": "TP"}
 
 
+def idle_sharding_note(strategy: str, par: Parallelism) -> str | None:
+    """A note when ``strategy`` names ZeRO or FSDP sharding that the layout leaves nothing to
+    do: the model-parallel degrees take every GPU, so one data-parallel replica (and no
+    context-parallel rank) holds the whole state, which ZeRO and FSDP shard only across
+    replicas; the run is sized and timed without them (its label leaves them out)."""
+    if ZERO_STAGE.get(strategy, 0) == 0 or par.zero_ranks > 1 or not par.model_parallel:
+        return None
+    degrees = " x ".join(f"{name}={value}" for name, value in (("TP", par.tp), ("PP", par.pp), ("EP", par.ep))
+                         if value > 1)
+    return (f"{STRATEGY_LABELS[strategy]} has nothing to shard with one data-parallel replica ({degrees} take all "
+            f"{par.gpus} GPUs): the run is sized and timed without it; more GPUs would add replicas for it to "
+            "shard over")
+
+
 def strategy_label(strategy: str, mode: str) -> str:
     """``strategy`` in words for a run of ``mode``: a data-parallel strategy serving a model
     holds whole copies ("replicas"); ZeRO, FSDP and DDP are training words."""
@@ -386,4 +400,5 @@ __all__ = [
     "offload_strategy",
     "shards_weights",
     "strategy_label",
+    "idle_sharding_note",
 ]
