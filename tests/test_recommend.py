@@ -631,7 +631,7 @@ def test_human_output_says_price_unknown(cli):
 
 
 def test_nothing_qualifies_exits_4(cli):
-    result = cli("recommend", "--workload", "cnn", "--budget", "100")
+    result = cli("recommend", "--workload", "cnn", "--budget", "100", "--gpus", "1")
     assert result.exit_code == ExitCode.NOTHING_FITS
     assert "No GPU qualifies" in result.stdout and "over the budget" in result.stdout
 

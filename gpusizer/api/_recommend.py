@@ -86,10 +86,13 @@ def recommend(
     elif batch is not None:
         raise UsageError("a batch needs a model (by name, parameter count or HF config)", field="batch")
     cat = catalog or load_catalog(cache_dir=cache_dir)
+    preq = _plan_request(budget if gpus is None and probe is None else None, deadline, max_cost, budget_per_hour,
+                         tokens, epochs, dataset_size, top)
     req = RecommendRequest(
         workload=workload, precision=precision, shape=shape, batch=batch, seq_len=seq_len, image_size=image_size,
         flash_attention=flash_attention, optimizer=optimizer, strategy=strategy, gpus_per_node=gpus or 1, nodes=nodes,
         interconnect=interconnect, budget_usd=budget, max_power_w=max_power, require=tuple(require),
+        counts_chosen=preq is not None,
         segments=tuple(segments), top=top, sort=sort, vendor=vendor.lower(), system=sys_.id if sys_ else None,
         run_settings={k: v for k, v in settings.items() if v is not None}, perf_data=perf_data(cat, cache_dir),
         why_not=tuple({cat.resolve(name).gpu.id: name for name in reversed(list(why_not))}.items())[::-1],
@@ -99,8 +102,6 @@ def recommend(
         candidates = tuple(c for c in candidates if c.gpu.id == sys_.gpu)
     reference = _reference(ruleset, wl, cache_dir) if shape is None else None
     rec = _recommend(candidates, ruleset, req, reference=reference, pool=cat.gpus)
-    preq = _plan_request(budget if gpus is None and probe is None else None, deadline, max_cost, budget_per_hour,
-                         tokens, epochs, dataset_size, top)
     _check_plan_inputs(preq, gpus, nodes, budget)
     if preq is not None:
         rec = rec.model_copy(update={"plan": _plan(preq, candidates, ruleset, req, reference, cat, cache_dir)})

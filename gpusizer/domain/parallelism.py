@@ -51,6 +51,7 @@ from typing import Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field
 
 from gpusizer.errors import UsageError
+from gpusizer.units import plural
 
 #: How a run names its parallelism on the command line and in RunConfig.
 Strategy = Literal["ddp", "zero1", "zero2", "zero3", "fsdp", "tp"]
@@ -179,7 +180,7 @@ def _layout(cls: type[Parallelism], strategy: str, gpus: int, *, tp: int | None,
         tp = (min(rest, node_gpus) if node_gpus else rest) if strategy == "tp" else 1
     if rest % tp:
         others = [f"{n} {what}" for n, what in ((pp, "pipeline stages"), (cp, "context-parallel ranks")) if n > 1]
-        left = f"the {rest} GPUs left by {' and '.join(others)}" if others else f"{gpus} GPU{'s' if gpus > 1 else ''}"
+        left = f"the {rest} GPUs left by {' and '.join(others)}" if others else plural(gpus, "GPU")
         raise UsageError(f"{left} do not split into {tp}-way tensor parallelism",
                          hint=f"use a GPU count that is a multiple of {tp * pp * cp}", field="tp")
     dp = rest // tp

@@ -59,7 +59,7 @@ from gpusizer.ranking.rules import (
     Test,
     Workload,
 )
-from gpusizer.units import NA, format_bytes, show_bool
+from gpusizer.units import NA, format_bytes, plural, show_bool
 
 DEFAULT_TOP = 10
 
@@ -144,6 +144,9 @@ class RecommendRequest(BaseModel):
     system: str | None = None
     #: total for all GPUs (gpus_per_node x nodes), in US dollars
     budget_usd: float | None = None
+    #: an objective's configurations (ranking.plan) choose the GPU counts: the single GPUs ranked
+    #: here are one each, and a purchase budget is for all the GPUs a configuration buys
+    counts_chosen: bool = False
     #: total board power of all GPUs, in watts
     max_power_w: float | None = None
     require: tuple[str, ...] = ()
@@ -965,7 +968,7 @@ def _constraints_applied(run: _Run, memory_needed: int | None) -> tuple[str, ...
     """One line per constraint, requirement and limit the run was checked against."""
     req, cfg = run.req, run.mem_cfg
     total = req.total_gpus
-    gpus = f"{total} GPU{'s' if total > 1 else ''}"
+    gpus = plural(total, "GPU")
     applied = [f"{c.id}: {c.test.describe()}" for c in run.constraints]
     applied += [f"requirement {n}: {r.test.describe()}" for n, r in run.requirements.items()]
     if req.segments:
@@ -973,7 +976,9 @@ def _constraints_applied(run: _Run, memory_needed: int | None) -> tuple[str, ...
     if req.vendor != DEFAULT_VENDOR:  # the default, NVIDIA only, is not listed
         applied.append(f"vendor {req.vendor}")
     if req.budget_usd is not None:
-        applied.append(f"budget ${req.budget_usd:,.0f} for {gpus} (street prices, else launch prices)")
+        applied.append(f"budget ${req.budget_usd:,.0f} for all the GPUs a configuration buys (1 GPU in the "
+                       "ranking; street prices, else launch prices)" if req.counts_chosen else
+                       f"budget ${req.budget_usd:,.0f} for {gpus} (street prices, else launch prices)")
     if req.max_power_w is not None:
         applied.append(f"power limit {req.max_power_w:,.0f} W for {gpus}")
     if req.shape is not None and memory_needed is not None:
