@@ -173,7 +173,7 @@ def estimate(
     given_batch = settings.get("batch", run.batch if run is not None and "batch" in run.model_fields_set else None)
     cfg = _layout(_run(run, {**settings, "mode": mode, "precision": mem_prec, "batch": given_batch or 1,
                              "persistent_grads": grad_accumulation > 1, "gpus": gpus}), nodes, grad_accumulation)
-    notes = [n for n in (res.note, *node.notes, input_default_note(shape, cfg)) if n]
+    notes = [n for n in (res.note, *node.notes, input_default_note(shape, cfg), _idle_note(cfg, gpus, nodes)) if n]
     inputs = {
         "model": shape.name, "params": shape.params, "gpu": gpu or node.gpu, "system": system, "resolved_id": g.id,
         "gpus": gpus, "nodes": nodes, "interconnect": interconnect, "nics_per_node": nics_per_node, "precision": prec,
@@ -183,7 +183,6 @@ def estimate(
         "catalog_files": list(cat.files),
     }
     mem_cfg = cfg.model_copy(update={"gpus": sharded_gpus(cfg.strategy, gpus, nodes, **cfg.layout_degrees)})
-    notes += [n for n in (idle_sharding_note(cfg.strategy, mem_cfg.parallelism),) if n]
     if given_batch is None:
         try:
             choice = default_batch(shape, cfg, g.memory_bytes, precision=prec, phase=phase, nodes=nodes)
@@ -210,6 +209,11 @@ def estimate(
         raise UsageError("a prompt length and a latency target are for serving a decoder (inference, decode)",
                          field="max_itl_ms" if max_itl_ms is not None else "prompt")
     return _estimate_run(shape, cfg, mem_cfg, g, inputs, notes, batch_note, amount, perf, price_per_hour, serving)
+
+def _idle_note(cfg: RunConfig, gpus: int, nodes: int) -> str | None:
+    """The note when ZeRO or FSDP has one data-parallel replica to shard (idle_sharding_note)."""
+    spread = cfg.model_copy(update={"gpus": sharded_gpus(cfg.strategy, gpus, nodes, **cfg.layout_degrees)})
+    return idle_sharding_note(cfg.strategy, spread.parallelism)
 
 def _check_phase(phase: str | None, mode: str) -> None:
     if phase is not None and mode == "train":
