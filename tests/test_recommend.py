@@ -636,7 +636,7 @@ def test_human_output_says_price_unknown(cli):
 
 
 def test_nothing_qualifies_exits_4(cli):
-    result = cli("recommend", "--workload", "cnn", "--budget", "100")
+    result = cli("recommend", "--workload", "cnn", "--budget", "100", "--gpus", "1")
     assert result.exit_code == ExitCode.NOTHING_FITS
     assert "No GPU qualifies" in result.stdout and "over the budget" in result.stdout
 
@@ -682,11 +682,11 @@ def _write(tmp_path: Path, text: str) -> str:
     [
         (["--workload", "cnnn"], ExitCode.USAGE, "unknown workload 'cnnn'"),
         (["--workload", "cnn", "--budget", "-5"], ExitCode.USAGE,
-         "--budget: the budget must be a positive number of US dollars, not -5"),
+         "--budget: the budget must be a positive number of US dollars up to 1,000,000,000,000, not -5"),
         (["--workload", "cnn", "--budget", "0"], ExitCode.USAGE,
-         "--budget: the budget must be a positive number of US dollars, not 0"),
+         "--budget: the budget must be a positive number of US dollars up to 1,000,000,000,000, not 0"),
         (["--workload", "cnn", "--max-power", "-300"], ExitCode.USAGE,
-         "--max-power: the power limit must be a positive number of watts, not -300"),
+         "--max-power: the power limit must be a positive number of watts up to 1,000,000,000, not -300"),
         (["--workload", "cnn", "--require", "rdam"], ExitCode.USAGE, "unknown requirement 'rdam'"),
         (["--workload", "cnn", "--segment", "gamer"], ExitCode.USAGE, "--segment: 'gamer'"),
         (["--workload", "cnn", "--precision", "int8"], ExitCode.USAGE, "int8 is an inference precision"),

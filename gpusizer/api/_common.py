@@ -17,7 +17,7 @@ from gpusizer.domain.run import RunConfig, make_run_config
 from gpusizer.domain.shape import ModelShape, shape_from_model, shape_from_params
 from gpusizer.errors import UsageError
 from gpusizer.hardware.catalog import Catalog
-from gpusizer.units import parse_count
+from gpusizer.units import finite_number, parse_count
 
 #: Upper bounds on what a question may ask; beyond them is a UsageError (exit 2), not
 #: an overflow. GPUs in all: recommend's cap; parameters: the zoo's.
@@ -39,24 +39,15 @@ MAX_PRICE_PER_GPU_HOUR = 1e6
 #: fixed per-GPU overhead (the CUDA context): 1 TiB
 MAX_OVERHEAD_BYTES = 1 << 40
 
-def _show_number(value: object) -> str:
-    """``1,000,000`` or ``1e+308``: a bound or a bad value, briefly."""
-    try:
-        number = float(value)  # type: ignore[arg-type]
-    except OverflowError:
-        return f"a number of {len(str(value))} digits"
-    except (TypeError, ValueError):
-        return repr(value)[:24]
-    if number.is_integer() and abs(number) < 1e16:
-        return f"{int(number):,}"
-    return f"{number:.4g}"
-
 def _check_range(value: float | None, field: str, what: str, low: float, high: float) -> None:
-    """A UsageError naming ``field`` unless ``value`` is None or a finite number in [low, high]."""
-    if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool) and low <= value <= high):
-        return  # (NaN fails both comparisons)
-    raise UsageError(f"{what} must be between {_show_number(low)} and {_show_number(high)}, "
-                     f"not {_show_number(value)}", field=field)
+    """A UsageError naming ``field`` unless ``value`` is None or a finite number in [low, high]
+    (the one check, :func:`gpusizer.units.finite_number`, says which it is not)."""
+    if value is None:
+        return
+    try:
+        finite_number(value, low, high)
+    except ValueError as exc:
+        raise UsageError(f"{what} {exc}", field=field) from None
 
 def resolve_model(
     model: str | ModelShape | None = None, *, params: str | int | None = None, hf_config: str | Path | None = None,

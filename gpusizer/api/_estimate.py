@@ -21,7 +21,7 @@ from gpusizer.api._common import (
     resolve_model,
     resolve_node,
 )
-from gpusizer.domain.parallelism import LAYOUT_DEGREES, Parallelism, sharded_gpus, tensor_parallel
+from gpusizer.domain.parallelism import LAYOUT_DEGREES, Parallelism, idle_sharding_note, sharded_gpus, tensor_parallel
 from gpusizer.domain.precision import default_precision, storage_precision
 from gpusizer.domain.run import RunConfig
 from gpusizer.domain.shape import ModelShape, beyond_context_note
@@ -176,7 +176,8 @@ def estimate(
     given_batch = settings.get("batch", run.batch if run is not None and "batch" in run.model_fields_set else None)
     cfg = _layout(_run(run, {**settings, "mode": mode, "precision": mem_prec, "batch": given_batch or 1,
                              "persistent_grads": grad_accumulation > 1, "gpus": gpus}), nodes, grad_accumulation)
-    notes = [n for n in (res.note, *node.notes, ckpt_note, *_input_notes(shape, cfg)) if n]
+    notes = [n for n in (res.note, *node.notes, ckpt_note, *_input_notes(shape, cfg), _idle_note(cfg, gpus, nodes))
+             if n]
     inputs = {
         "model": shape.name, "params": shape.params, "gpu": gpu or node.gpu, "system": system, "resolved_id": g.id,
         "gpus": gpus, "nodes": nodes, "interconnect": interconnect, "nics_per_node": nics_per_node, "precision": prec,
@@ -215,6 +216,12 @@ def estimate(
 def _input_notes(shape: ModelShape, cfg: RunConfig) -> tuple[str | None, str | None]:
     """What the run assumed for its input size, and whether the sequence outruns the model's context."""
     return input_default_note(shape, cfg), beyond_context_note(shape, cfg.seq_len)
+
+
+def _idle_note(cfg: RunConfig, gpus: int, nodes: int) -> str | None:
+    """The note when ZeRO or FSDP has one data-parallel replica to shard (idle_sharding_note)."""
+    spread = cfg.model_copy(update={"gpus": sharded_gpus(cfg.strategy, gpus, nodes, **cfg.layout_degrees)})
+    return idle_sharding_note(cfg.strategy, spread.parallelism)
 
 def _check_phase(phase: str | None, mode: str) -> None:
     if phase is not None and mode == "train":

@@ -24,7 +24,7 @@ from gpusizer.hardware.systems import System
 from gpusizer.hardware.vendors import DEFAULT_VENDOR
 from gpusizer.ranking.configs import Plan, PlanRequest
 from gpusizer.ranking.rules import RuleSet, Workload
-from gpusizer.ranking.search import Candidate, Recommendation, RecommendRequest
+from gpusizer.ranking.search import MAX_BUDGET_USD, Candidate, Recommendation, RecommendRequest
 
 if TYPE_CHECKING:
     from gpusizer.hardware.probe import ProbeReport  # (only --local's callers build one)
@@ -95,10 +95,13 @@ def recommend(
         raise UsageError("a batch needs a model (by name, parameter count or HF config)", field="batch")
     precision, settings, ckpt_note = checkpoint_run(shape, wl.mode, settings, precision=precision, precisions=RULES)
     cat = catalog or load_catalog(cache_dir=cache_dir)
+    preq = _plan_request(budget if gpus is None and probe is None else None, deadline, max_cost, budget_per_hour,
+                         tokens, epochs, dataset_size, top)
     req = RecommendRequest(
         workload=workload, precision=precision, shape=shape, batch=batch, seq_len=seq_len, image_size=image_size,
         flash_attention=flash_attention, optimizer=optimizer, strategy=strategy, gpus_per_node=gpus or 1, nodes=nodes,
         interconnect=interconnect, budget_usd=budget, max_power_w=max_power, require=tuple(require),
+        counts_chosen=preq is not None,
         segments=tuple(segments), top=top, sort=sort, vendor=vendor.lower(), system=sys_.id if sys_ else None,
         run_settings={k: v for k, v in settings.items() if v is not None}, perf_data=perf_data(cat, cache_dir),
         why_not=tuple({cat.resolve(name).gpu.id: name for name in reversed(list(why_not))}.items())[::-1],
@@ -109,8 +112,6 @@ def recommend(
         candidates = tuple(c for c in candidates if c.gpu.id == sys_.gpu)
     reference = _reference(ruleset, wl, cache_dir) if shape is None else None
     rec = _recommend(candidates, ruleset, req, reference=reference, pool=cat.gpus)
-    preq = _plan_request(budget if gpus is None and probe is None else None, deadline, max_cost, budget_per_hour,
-                         tokens, epochs, dataset_size, top)
     _check_plan_inputs(preq, gpus, nodes, budget)
     if preq is not None:
         rec = rec.model_copy(update={"plan": _plan(preq, candidates, ruleset, req, reference, cat, cache_dir)})
@@ -235,8 +236,9 @@ def _plan_request(
         except ValueError as exc:
             raise UsageError(str(exc), field="deadline") from None
     for value, field in ((max_cost, "max_cost"), (budget_per_hour, "budget_per_hour")):
-        if value is not None and not (0 < value < 1e12):
-            raise UsageError(f"{field.replace('_', ' ')} must be a positive number of US dollars", field=field)
+        if value is not None and not (0 < value <= MAX_BUDGET_USD):
+            raise UsageError(f"{field.replace('_', ' ')} must be a positive number of US dollars up to "
+                             f"{MAX_BUDGET_USD:,.0f}", field=field)
     if amount.tokens is None and amount.samples is None and budget_per_hour is None:
         raise UsageError(f"a {cloud[0].replace('_', ' ')} needs the job: a token count, or epochs of a dataset size",
                          hint="e.g. 1T tokens", field="tokens")

@@ -154,7 +154,7 @@ def _check_message(message: str) -> str:
 # --------------------------------------------------------------------------
 # models
 
-_FROZEN = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+_FROZEN = ConfigDict(frozen=True, extra="forbid", defer_build=True, allow_inf_nan=False)
 RuleId = typing.Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_-]*$", max_length=64)]
 
 
