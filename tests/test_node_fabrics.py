@@ -73,5 +73,5 @@ def test_no_fabric_advisory_reads_unknown_as_unknown_and_names_the_vendor_link(c
         return [a["message"] for a in rows[gpu_id]["advisories"] if a["rule"] == "no-nvlink-multigpu"]
 
     assert fired("b100") == [] and fired("mi300x") == [] and fired("gaudi3") == []
-    assert fired("l40s") and fired("l40s")[0].startswith("no NVLink:")
+    assert fired("rtx-pro-6000-blackwell") and fired("rtx-pro-6000-blackwell")[0].startswith("no NVLink:")
     assert fired("mi210") and fired("mi210")[0].startswith("no Infinity Fabric (xGMI) link:")

@@ -176,8 +176,7 @@ def estimate(
     given_batch = settings.get("batch", run.batch if run is not None and "batch" in run.model_fields_set else None)
     cfg = _layout(_run(run, {**settings, "mode": mode, "precision": mem_prec, "batch": given_batch or 1,
                              "persistent_grads": grad_accumulation > 1, "gpus": gpus}), nodes, grad_accumulation)
-    notes = [n for n in (res.note, *node.notes, ckpt_note, *_input_notes(shape, cfg), _idle_note(cfg, gpus, nodes))
-             if n]
+    notes = [n for n in (res.note, *node.notes, ckpt_note, *_input_notes(shape, cfg, gpus, nodes)) if n]
     inputs = {
         "model": shape.name, "params": shape.params, "gpu": gpu or node.gpu, "system": system, "resolved_id": g.id,
         "gpus": gpus, "nodes": nodes, "interconnect": interconnect, "nics_per_node": nics_per_node, "precision": prec,
@@ -213,9 +212,10 @@ def estimate(
                          field="max_itl_ms" if max_itl_ms is not None else "prompt")
     return _estimate_run(shape, cfg, mem_cfg, g, inputs, notes, batch_note, amount, perf, price_per_hour, serving)
 
-def _input_notes(shape: ModelShape, cfg: RunConfig) -> tuple[str | None, str | None]:
-    """What the run assumed for its input size, and whether the sequence outruns the model's context."""
-    return input_default_note(shape, cfg), beyond_context_note(shape, cfg.seq_len)
+def _input_notes(shape: ModelShape, cfg: RunConfig, gpus: int, nodes: int) -> tuple[str | None, ...]:
+    """What the run assumed for its input size, whether the sequence outruns the model's context,
+    and whether ZeRO or FSDP has one data-parallel replica to shard."""
+    return input_default_note(shape, cfg), beyond_context_note(shape, cfg.seq_len), _idle_note(cfg, gpus, nodes)
 
 
 def _idle_note(cfg: RunConfig, gpus: int, nodes: int) -> str | None:

@@ -60,9 +60,8 @@ def recommend(
     ``budget`` is total US dollars and ``max_power`` total watts for ``gpus`` x
     ``nodes`` GPUs; ``require`` names hard requirements (ecc, rdma, nvlink,
     fp64); ``vendor`` (nvidia, amd, intel or any) picks whose GPUs are considered, NVIDIA only
-    by default. A model (by name, parameter count or HF config) adds the memory fit
-    and the performance model's speed. ``probe`` ranks that machine's GPUs
-    (``gpusizer.hardware.nvml.read_host()`` reads one) instead of the catalog.
+    by default. A model (by name, parameter count or HF config) adds the memory fit and the performance
+    model's speed. ``probe`` (``gpusizer.hardware.nvml.read_host()`` reads one) ranks its GPUs instead.
 
     Whole configurations (``results.plan``, ranking.plan): a ``budget`` without ``gpus`` buys as
     many of each GPU as it can, ranked by predicted throughput; a ``deadline`` (``14d``), a
@@ -107,7 +106,7 @@ def recommend(
         why_not=tuple({cat.resolve(name).gpu.id: name for name in reversed(list(why_not))}.items())[::-1],
     )
     candidates, notes = _candidates(probe, cat)
-    notes += [n for n in (ckpt_note, beyond_context_note(shape, seq_len) if shape is not None else None) if n]
+    notes += [n for n in (ckpt_note, shape and beyond_context_note(shape, seq_len)) if n]
     if sys_ is not None:
         candidates = tuple(c for c in candidates if c.gpu.id == sys_.gpu)
     reference = _reference(ruleset, wl, cache_dir) if shape is None else None
