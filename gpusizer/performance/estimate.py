@@ -62,7 +62,7 @@ from gpusizer.performance.comm import Link, allreduce_time_s, collective_link
 from gpusizer.performance.peak import UNKNOWN_RATE_BAND, default_compute_precision, peak_detail, peak_tflops
 from gpusizer.performance.topology import Topology, node_topology
 from gpusizer.performance.work import GEMV_MAX_BATCH, Work, model_work
-from gpusizer.units import format_bytes
+from gpusizer.units import format_bytes, plural
 
 #: per-layer overheads are given at this clock and scale with 1 / boost clock
 #: (small, latency-bound kernels run at the SM clock)
@@ -543,7 +543,7 @@ def _model_parallel(comm: _Comm, work: Work, st: StepTime, at: _Layout, links: I
         more = 4 * par.pp  # an example count to show, not a model constant (Narayanan et al. 2021 run m >> pp)
         fill = (f"; {more} micro-batches a step (more gradient accumulation, a smaller micro-batch) would cut it to "
                 f"{bubble_fraction(par.pp, more):.0%}") if micro_batches < more else ""
-        schedule = (f"1F1B over {micro_batches} micro-batch(es) a step (the gradient accumulation): the bubble idles "
+        schedule = (f"1F1B over {plural(micro_batches, 'micro-batch', 'micro-batches')} a step (the gradient accumulation): the bubble idles "
                     f"each GPU (pp - 1) / (m + pp - 1) = {idle} of the step (Narayanan et al. 2021){fill}"
                     if cfg.training else
                     f"one batch passes through the stages in turn, each GPU idle {idle} of the time (batches that "

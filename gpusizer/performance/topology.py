@@ -29,6 +29,7 @@ from gpusizer.errors import UsageError
 from gpusizer.hardware.catalog import Catalog, Gpu, load_catalog
 from gpusizer.hardware.systems import Nics, System, Systems, load_systems
 from gpusizer.performance.calibration import Interconnects, load_interconnects
+from gpusizer.units import plural
 
 FabricKind = Literal["nvswitch", "nvlink-mesh", "nvlink-bridge", "scale-up", "pcie"]
 P2pPath = Literal["switch", "root-complex", "none"]
@@ -147,8 +148,8 @@ def system_topology(system: System, gpus_per_node: int, links: Interconnects, ca
                     systems: Systems | None = None) -> Topology:
     """A named system's topology; what it does not publish is filled by the defaults, and said."""
     if gpus_per_node > system.gpus:
-        raise UsageError(f"{system.id} holds {system.gpus} GPU(s), not {gpus_per_node}",
-                         hint=f"use {system.gpus} GPUs per node or fewer, or add nodes", field="gpus")
+        raise UsageError(f"{system.id} holds {plural(system.gpus, 'GPU')}, not {gpus_per_node}",
+                         hint=f"use {plural(system.gpus, 'GPU')} per node or fewer, or add nodes", field="gpus")
     cat = catalog or load_catalog()
     gpu = cat.resolve(system.gpu).gpu
     assumed: list[str] = []
