@@ -16,6 +16,17 @@ the shipped model's, and
 with the published RTX 5090 / RTX 4090 ratio of tests/data/perf_refs_unseen.yaml (timm, batch
 256), which no law or constant here was fitted on.
 
+With ``--valley`` it asks what the calibration rows say about the shipped model's own CNN-training
+step: on the cnn-train rows of the calibration split (benchmarks/calibrate.py; the held-out dies are
+not read), it holds the class's compute efficiency at each of a range of values, fits the memory
+efficiency alone (golden-section search on the mean |log error|, as calibrate.py does), and prints
+the in-sample error beside the ratios it implies: RTX 5080 / 4080 and 5090 / 4090 at batch 256, and
+RTX 4090 / 3090, which Lambda's rows measure (1.44). A lower compute efficiency gives the
+convolutions weight against bandwidth. A second table does the same with the Tensor Core rows
+(mixed, TF32) held at a compute efficiency of their own, eta_t, while the CUDA-core rows' (FP32
+before Volta or with TF32 off) and the memory efficiency are fitted: a split the shipped model
+does not make, which docs/accuracy.md weighs.
+
 Nothing here changes gpusizer's numbers; docs/accuracy.md quotes the output.
 """
 
@@ -78,7 +89,90 @@ def law_at(coef: list[float], x: list[float]) -> float:
     return math.exp(sum(a * b for a, b in zip(coef, x, strict=True)))
 
 
+#: the compute efficiencies --valley holds the cnn-train class at
+VALLEY_COMPUTE = (0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3)
+
+
+def valley() -> None:
+    """In-sample error of the cnn-train class against the ratios it implies, along its compute efficiency."""
+    from gpusizer.performance.calibration import Calibration
+    from gpusizer.performance.peak import peak_detail
+
+    cases, _ = calibrate.build_cases()
+    calib, _ = calibrate.split(cases)
+    rows = [c for c in calib if c.workload == "cnn-train"]
+    split_cal = load_calibration(calibrate.SPLIT_OUT)
+    catalog = load_catalog()
+    lambda_4090 = next(c for c in rows if c.id == "resnet50-train-mixed-rtx-4090-1gpu-lambda")
+    at_256 = calibrate.Case(ref=lambda_4090.ref, gpu=lambda_4090.gpu, shape=lambda_4090.shape,
+                            cfg=lambda_4090.cfg.model_copy(update={"batch": 256}), kwargs=lambda_4090.kwargs)
+
+    def speed(gid: str, cal: Calibration, case: calibrate.Case = at_256) -> float:
+        return calibrate.predict(calibrate.Case(ref=case.ref, gpu=catalog.by_id(gid), shape=case.shape,
+                                                cfg=case.cfg, kwargs=case.kwargs), cal)
+
+    lambda_3090 = next(c for c in rows if c.id == "resnet50-train-mixed-rtx-3090-1gpu-lambda")
+    print(f"{len(rows)} cnn-train rows of the calibration split (other entries of the class set aside, "
+          f"roofline exponent {split_cal.roofline_exponent})")
+    print(f"{'eta_c':>6} {'eta_m':>6} {'mean |log err|':>15} {'median':>7} {'5080/4080':>10} {'5090/4090':>10} "
+          f"{'4090/3090':>10}")
+    only_all = split_cal.model_copy(update={"efficiencies": tuple(
+        e for e in split_cal.efficiencies if e.workload != "cnn-train" or e.generation == "all")})
+    index = next(i for i, e in enumerate(only_all.efficiencies) if e.workload == "cnn-train")
+    for eta_c in VALLEY_COMPUTE:
+        def loss(x: float, eta_c: float = eta_c) -> float:
+            return calibrate._loss(rows, calibrate._replace_entry(only_all, index, compute_efficiency=eta_c,
+                                                                  memory_efficiency=math.exp(x)))
+
+        lo, hi = calibrate.BOUNDS["memory_efficiency"]
+        eta_m = math.exp(calibrate._bracketed(loss, math.log(lo), math.log(hi)))
+        cal = calibrate._replace_entry(only_all, index, compute_efficiency=eta_c, memory_efficiency=eta_m)
+        errors = [abs(calibrate.predict(c, cal) / c.measured - 1) for c in rows]
+        ratio_lambda = calibrate.predict(lambda_4090, cal) / calibrate.predict(lambda_3090, cal)
+        print(f"{eta_c:>6.2f} {eta_m:>6.3f} {calibrate._loss(rows, cal):>15.4f} {statistics.median(errors):>7.1%} "
+              f"{speed('rtx-5080', cal) / speed('rtx-4080', cal):>10.2f} "
+              f"{speed('rtx-5090', cal) / speed('rtx-4090', cal):>10.2f} {ratio_lambda:>10.2f}")
+    # the same with a compute efficiency of their own for Tensor Core convolutions (mixed, TF32), the CUDA-core
+    # rows (FP32 before Volta or with TF32 off) keeping theirs: a split the shipped model does not make
+    print("with Tensor Core convolutions at their own compute efficiency (eta_t; CUDA-core rows keep eta_c):")
+    print(f"{'eta_t':>6} {'eta_c':>6} {'eta_m':>6} {'mean |log err|':>15} {'median':>7} {'5080/4080':>10} "
+          f"{'5090/4090':>10} {'4090/3090':>10}")
+
+    def on_tensor(case: calibrate.Case) -> bool:
+        return "Tensor Core" in peak_detail(case.gpu, case.kwargs["compute_precision"], tf32=case.kwargs["tf32"]).label
+
+    tensor_rows = {c.id for c in rows if on_tensor(c)}
+
+    def two(eta_t: float, eta_c: float, eta_m: float) -> tuple[Calibration, Calibration]:
+        return (calibrate._replace_entry(only_all, index, compute_efficiency=eta_t, memory_efficiency=eta_m),
+                calibrate._replace_entry(only_all, index, compute_efficiency=eta_c, memory_efficiency=eta_m))
+
+    def split_loss(eta_t: float, eta_c: float, eta_m: float) -> float:
+        tensor, cuda = two(eta_t, eta_c, eta_m)
+        return statistics.fmean(abs(math.log(calibrate.predict(c, tensor if c.id in tensor_rows else cuda)
+                                             / c.measured)) for c in rows)
+
+    for eta_t in VALLEY_COMPUTE:
+        eta_c, eta_m = split_cal.efficiencies[index].compute_efficiency, 0.15
+        for _ in range(3):  # coordinate descent over the CUDA-core efficiency and the memory efficiency
+            eta_m = math.exp(calibrate._golden(lambda x, t=eta_t, c=eta_c: split_loss(t, c, math.exp(x)),
+                                               math.log(0.05), math.log(1.0), iters=16))
+            eta_c = math.exp(calibrate._golden(lambda x, t=eta_t, m=eta_m: split_loss(t, math.exp(x), m),
+                                               math.log(0.3), math.log(1.0), iters=16))
+        tensor, cuda = two(eta_t, eta_c, eta_m)
+        errors = [abs(calibrate.predict(c, tensor if c.id in tensor_rows else cuda) / c.measured - 1) for c in rows]
+        ratio_lambda = calibrate.predict(lambda_4090, tensor) / calibrate.predict(lambda_3090, tensor)
+        print(f"{eta_t:>6.2f} {eta_c:>6.2f} {eta_m:>6.3f} {split_loss(eta_t, eta_c, eta_m):>15.4f} "
+              f"{statistics.median(errors):>7.1%} {speed('rtx-5080', tensor) / speed('rtx-4080', tensor):>10.2f} "
+              f"{speed('rtx-5090', tensor) / speed('rtx-4090', tensor):>10.2f} {ratio_lambda:>10.2f}")
+    print("published: 5090/4090 1.19 (timm) and 1.49 (CIFAR-10, AMP); 4090/3090 1.44 (Lambda, these rows), "
+          "1.53 and 1.46 (the same two sources); no 5080/4080 pair")
+
+
 def main() -> int:
+    if "--valley" in sys.argv[1:]:
+        valley()
+        return 0
     refs = yaml.safe_load((ROOT / "tests" / "data" / "perf_refs.yaml").read_text())
     refs = refs["cases"] if isinstance(refs, dict) else refs
     catalog, zoo = load_catalog(), load_zoo()

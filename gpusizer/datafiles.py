@@ -552,6 +552,8 @@ def describe_validation_error(exc: ValidationError, origin: str, entry_id: objec
         msg = str(err.get("msg", "invalid"))
         if err.get("type") == "extra_forbidden":
             msg = "unknown field"
+        elif err.get("type") == "finite_number":  # (NaN or an infinity, under allow_inf_nan=False)
+            msg = f"must be a finite number, not {err.get('input')}"
         elif msg.startswith("Value error, "):
             msg = msg[len("Value error, ") :]
         elif (str(err.get("type", "")).endswith(("_type", "_parsing")) or err.get("type") == "literal_error") \

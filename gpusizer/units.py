@@ -51,7 +51,9 @@ def parse_count(text: str, *, what: str = "value") -> int:
             "suffix, e.g. 60M, 1.3B, 7e9"
         )
     number = float(match.group(1)) * _COUNT_SUFFIX[match.group(2).lower()]
-    if not math.isfinite(number) or number < 1:
+    if not math.isfinite(number):  # (the pattern has no sign or letters: a literal past float's range)
+        raise ValueError(f"{what} {text!r} is too large to be a count")
+    if number < 1:
         raise ValueError(f"{what} {text!r} must be at least 1")
     return int(round(number))
 
@@ -90,6 +92,54 @@ def parse_size(text: str, *, what: str = "size", default_unit: str = "gib") -> i
     if not math.isfinite(number):  # (the pattern has no sign, so it is never negative)
         raise ValueError(f"{what} {text!r} is too large to be a size")
     return int(round(number))
+
+
+def finite_number(value: object, low: float | None = None, high: float | None = None) -> float:
+    """``value`` (a number, or text such as ``"2.5"``) as a float within [``low``, ``high``].
+
+    The one check for a real-valued input: raises ``ValueError`` saying what is wrong, with no
+    option name (the caller adds it): "must be a finite number" for NaN and the infinities
+    (which a range check alone lets through or words wrongly, as NaN compares false with
+    everything), "must be a number", or the range it must be in. An int is compared exactly,
+    however large."""
+    number: int | float
+    if isinstance(value, bool):
+        raise ValueError(f"must be a number, not {value!r}")
+    if isinstance(value, int):
+        number = value
+    else:
+        try:
+            number = float(value)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            raise ValueError(f"must be a number, not {str(value)[:24]!r}") from None
+        if not math.isfinite(number):
+            raise ValueError(f"must be a finite number, not {str(value)[:24]}")
+    if (low is not None and number < low) or (high is not None and number > high):
+        if high is None:
+            raise ValueError(f"must be at least {_shown(low)}, not {_shown(number)}")
+        if low is None:
+            raise ValueError(f"must be at most {_shown(high)}, not {_shown(number)}")
+        raise ValueError(f"must be between {_shown(low)} and {_shown(high)}, not {_shown(number)}")
+    return float(number)
+
+
+def _shown(value: int | float | None) -> str:
+    """A bound or a bad value in an error message, briefly: ``1,000,000``, ``0.05``, ``1e+20``."""
+    if isinstance(value, int) and abs(value) >= 10**16:
+        digits = len(str(abs(value)))
+        return f"a number of {digits:,} digits" if digits > 308 else f"{float(value):.4g}"
+    if value is None or not float(value).is_integer() or abs(value) >= 1e16:
+        return f"{value:.4g}" if value is not None else "none"
+    return f"{int(value):,}"
+
+
+def plural(count: int | float, word: str, many: str | None = None, *, shown: str | None = None) -> str:
+    """``count`` and ``word``, the word in the plural unless the count is one: "1 GPU",
+    "8 GPUs", "1 sequence", "1,024 sequences". ``many``: the plural where it is not ``word``
+    + "s" ("1 micro-batch", "2 micro-batches"); ``shown``: the count as written elsewhere
+    (``format_count``'s "10.2K"), else with thousands separators."""
+    text = shown if shown is not None else (f"{count:,}" if isinstance(count, int) else f"{count:,g}")
+    return f"{text} {word if count == 1 else (many or word + 's')}"
 
 
 #: How a missing value (``None``) is shown in tables and text. JSON keeps ``null``.

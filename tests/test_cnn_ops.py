@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import load_script
 
 from gpusizer.domain.run import RunConfig
 from gpusizer.domain.shape import shape_from_model
@@ -117,3 +118,19 @@ def test_the_per_operation_class_keeps_its_efficiencies_within_physical_bounds()
     assert entries
     for entry in entries:
         assert 0.35 <= entry.compute_efficiency <= 0.9 and 0.55 <= entry.memory_efficiency <= 0.9
+
+
+def test_ratio_only_unseen_rows_enter_the_ratios_not_the_errors(capsys):
+    """晨涧云's ResNet-50 training rows (RTX 3090/4090/5090, batch and input size not stated) are
+    `ratio_only` in tests/data/perf_refs_unseen.yaml: benchmarks/unseen_check.py leaves them out of
+    the error (12 timm training rows remain) and prints their ratios beside the model's: RTX 5090 /
+    4090 measured 1822 / 1224 = 1.49 (mixed) next to timm's 1623.9 / 1360.6 = 1.19."""
+    check = load_script(ROOT / "benchmarks" / "unseen_check.py", "unseen_check")
+    assert check.main() == 0
+    out = capsys.readouterr().out
+    assert "train: 12 rows" in out and "(ratios only)" in out
+    lines = [line.split() for line in out.splitlines() if "rtx-5090 / rtx-4090" in line
+             and line.split()[1:4] == ["resnet50", "train", "mixed"]]
+    measured = {parts[0]: float(parts[-3]) for parts in lines}
+    assert measured == {"chenjianyun": 1.49, "nikolasent": 1.19}
+    assert check.source_of({"id": "resnet50-infer-mixed-rtx-4090-bs1024-timm-pt291"}) == "timm-pt291"

@@ -285,6 +285,50 @@ def test_latency_target_picks_the_largest_concurrency_that_meets_it():
         "llama-2-13b", max_itl_ms=30, **kw).results.batch_source
 
 
+@pytest.mark.parametrize(("model", "tp", "target_ms"), [("llama-3.1-8b", 1, 30), ("llama-3.1-70b", 4, 60)])
+def test_latency_search_stops_where_serve_says_memory_is_full(cli_json, model, tp, target_ms):
+    """estimate --max-itl-ms and serve count memory the same way (serve's paged KV cache with
+    chunked prefill, not a forward pass over every prompt at once): when the target is loose,
+    the concurrency is what serve holds on the same GPU, context and utilization, and the
+    result says memory, not latency, stopped it (audit finding 6: it said 63, serve 110)."""
+    gpu, context = "h100-sxm5-80gb", 4096
+    served = cli_json("serve", "--model", model, "--gpu", gpu, "--context", str(context), "--tp", str(tp))
+    held = served["results"]["rows"][0]["max_concurrency"]
+    layout = ["--gpus", str(tp), "--strategy", "tp"] if tp > 1 else []
+    doc = cli_json("estimate", "--model", model, "--gpu", gpu, "--inference", "--seq-len", str(context),
+                   "--max-itl-ms", str(target_ms), *layout)
+    serving = doc["results"]["serving"]
+    assert held > 64 and serving["concurrency"] == serving["memory_concurrency"] == held
+    assert serving["limited_by"] == "memory" and serving["itl_s"] <= target_ms / 1e3
+    assert doc["results"]["memory"]["fits"] is True and doc["results"]["batch_per_gpu"] == held
+    assert any(n.startswith("memory, not latency, limits the concurrency") for n in doc["notes"])
+
+
+def test_latency_search_says_when_latency_stops_it(cli, cli_json):
+    kw = ("--model", "llama-3.1-8b", "--gpu", "h100-sxm5-80gb", "--inference", "--seq-len", "4096")
+    serving = cli_json("estimate", *kw, "--max-itl-ms", "20")["results"]["serving"]
+    assert serving["limited_by"] == "latency" and serving["itl_s"] <= 0.020
+    assert serving["concurrency"] < serving["memory_concurrency"]
+    beyond = cli_json("estimate", *kw, "--batch", str(serving["concurrency"] + 1))["results"]["serving"]
+    assert beyond["itl_s"] > 0.020
+    human = cli("estimate", *kw, "--max-itl-ms", "30", env={"COLUMNS": "80"}).stdout
+    assert "(the most memory holds; within" in " ".join(human.split())
+    assert "(the most within 20 ms a token)" in cli("estimate", *kw, "--max-itl-ms", "20",
+                                                     env={"COLUMNS": "80"}).stdout
+
+
+def test_serving_estimate_checks_memory_as_serve_does(cli_json):
+    """A decode batch over what serve holds does not fit; at what it holds it does (not the
+    126 GiB a single forward pass over 110 whole prompts would need)."""
+    kw = ("--model", "llama-3.1-8b", "--gpu", "h100-sxm5-80gb", "--inference", "--seq-len", "4096")
+    held = cli_json("serve", "--model", "llama-3.1-8b", "--gpu", "h100-sxm5-80gb", "--context", "4096",
+                    "--tp", "1")["results"]["rows"][0]["capacity"]
+    at = cli_json("estimate", *kw, "--batch", str(held["max_concurrency"]))["results"]["memory"]
+    over = cli_json("estimate", *kw, "--batch", str(held["max_concurrency"] + 1), code=4)["results"]["memory"]
+    assert at["fits"] and not over["fits"] and at["capacity_bytes"] == held["budget_bytes"]
+    assert at["per_gpu_bytes"] <= held["budget_bytes"] < over["per_gpu_bytes"]
+
+
 def test_serving_options_belong_to_decoders(cli):
     result = cli("estimate", "--model", "resnet50", "--gpu", "a100-sxm4-80gb", "--max-itl-ms", "20", "--json")
     assert result.exit_code == ExitCode.USAGE and "--max-itl-ms:" in result.stderr
@@ -509,3 +553,65 @@ def test_lora_on_fused_experts_counts_and_says_the_saved_expert_weights():
     assert any("one layer" in n for n in ckpt.notes)
     linear = m.model_copy(update={"expert_adapters": "linear"})
     assert expert_weight_copy_elements(linear, Adapter(rank=16)) == 0
+
+
+# --------------------------------------------------------------------------
+# contexts beyond the model's
+
+
+@pytest.mark.parametrize("command", [
+    ("serve", "--model", "llama-2-7b", "--gpu", "h100-sxm5-80gb", "--users", "1", "--context", "1000000"),
+    ("fit-model", "--model", "llama-2-7b", "--inference", "--seq-len", "100000", "--gpu", "h100-sxm5-80gb"),
+    ("estimate", "--model", "llama-2-7b", "--gpu", "h100-sxm5-80gb", "--inference", "--seq-len", "100000",
+     "--batch", "1"),
+    ("recommend", "--workload", "llm-inference", "--model", "llama-2-7b", "--seq-len", "100000", "--top", "1"),
+], ids=lambda c: c[0])
+def test_a_context_beyond_the_models_is_a_note_naming_both(cli, command):
+    """Llama 2's config.json: max_position_embeddings 4096. Past it is allowed (RoPE scaling
+    exists), but every command says so, naming both numbers, in --json notes and on stderr."""
+    doc = json.loads(cli(*command, "--json").stdout)
+    tokens = "1,000,000" if "1000000" in command else "100,000"
+    beyond = [n for n in doc["notes"] if "beyond" in n]
+    assert len(beyond) == 1 and tokens in beyond[0] and "context of 4,096 tokens" in beyond[0]
+    human = cli(*command, env={"COLUMNS": "80"})
+    assert "beyond Llama 2 7B's context of 4,096" in " ".join(human.stderr.split())
+
+
+def test_a_context_within_the_models_has_no_note(cli_json):
+    doc = cli_json("serve", "--model", "llama-2-7b", "--gpu", "h100-sxm5-80gb", "--context", "4096")
+    assert not [n for n in doc["notes"] if "beyond" in n]
+    gemma = cli_json("fit-model", "--model", "gemma-2-9b", "--inference", "--seq-len", "8193", "--gpu", "h200")
+    assert any("8,193 tokens is beyond Gemma 2 9B's context of 8,192" in n for n in gemma["notes"])
+
+
+# --------------------------------------------------------------------------
+# sliding-window layers in serve
+
+
+def test_serve_says_how_sliding_window_layers_are_counted(cli_json):
+    """Gemma 3 27B: 52 of its 62 layers attend within 1,024 tokens (config.json sliding_window 1024,
+    sliding_window_pattern 6). At 32k context each sequence holds those layers' window plus a
+    prefill chunk (vLLM's SlidingWindowSpec), so it needs far fewer blocks than the whole context."""
+    kw = ("--model", "gemma-3-27b-text", "--gpu", "h100-sxm5-80gb", "--tp", "1")
+    long = cli_json("serve", *kw, "--context", "32768")
+    cap = long["results"]["rows"][0]["capacity"]
+    assert any(n.startswith("52 of 62 layers attend within a 1,024-token window") for n in long["notes"])
+    full_blocks = 62 * 32768 // BLOCK_TOKENS // 10  # every layer at full context, in blocks of 10 layers
+    assert cap["blocks_per_sequence"] == 2048 + 6 * ((1023 + 8192 + 15) // 16 + 1) < full_blocks / 2
+    # a context the window and one prefill chunk reach: sliding layers hold all of it, no note
+    short = cli_json("serve", *kw, "--context", "8192")
+    assert not [n for n in short["notes"] if "window" in n]
+
+
+def test_mistral_7b_v01_keeps_a_4096_token_window_on_every_layer():
+    """mistralai/Mistral-7B-v0.1 config.json: sliding_window 4096, no layer_types: vLLM gives every
+    layer a SlidingWindowSpec, so a 32k sequence holds 4,095 + 8,192 tokens a layer, not 32,768."""
+    shape = gpusizer.resolve_model("mistral-7b")
+    m = shape.transformer
+    assert m is not None and (m.sliding_layers, m.sliding_window) == (32, 4096)
+    windowed = serving_capacity(shape, RunConfig(mode="inference"), 80 * GIB, 32768)
+    unwindowed = serving_capacity(shape.model_copy(update={"arch": m.model_copy(
+        update={"sliding_layers": 0, "sliding_window": None})}), RunConfig(mode="inference"), 80 * GIB, 32768)
+    assert windowed.blocks_per_sequence == (4095 + 8192 + 15) // 16 + 1
+    assert unwindowed.blocks_per_sequence == 32768 // 16
+    assert windowed.max_concurrency > 2 * unwindowed.max_concurrency

@@ -520,7 +520,7 @@ ZOO_IDS = {
 SHAPE_FIELDS = (
     "kind", "layers", "decoder_layers", "hidden", "heads", "kv_heads", "head_dim", "ffn", "vocab",
     "max_seq_len", "mlp", "experts", "experts_per_token", "tied_embeddings", "dropout", "softmax_fp32",
-    "active_params",
+    "active_params", "sliding_layers", "sliding_window",
 )
 ZOO_CASES = [c for c in CASES if c[0] in ZOO_IDS]
 
@@ -913,3 +913,31 @@ def test_matrix_params_counts_each_layer_as_what_it_is():
     dense, moe = 3 * 512 * 4096, 4 * 3 * 512 * 256 + 3 * 512 * 256
     assert matrix_params(m) == 4 * attention + dense + 3 * moe
     assert layer_params(m) == attention + max(dense, moe)
+
+
+# ----------------------------------------------------------------------------- sliding-window layers
+
+
+def test_sliding_window_layers_follow_the_config_classes_layouts():
+    """config.json's sliding_window with layer_types, or without it the config class's default:
+    google/gemma-2-2b config.json (sliding_window 4096; Gemma2Config alternates from layer 0: 13 of
+    26), google/gemma-3-1b-it config.json (sliding_window 512, sliding_window_pattern 6: 22 of 26),
+    both as the zoo has them; Mistral-7B-v0.1 (sliding_window 4096 on every layer)."""
+    zoo = load_zoo()
+    gemma2 = {**NEW_FAMILY_CONFIGS["gemma-2-2b"], "sliding_window": 4096}
+    gemma3 = {**NEW_FAMILY_CONFIGS["gemma-3-1b"], "sliding_window": 512, "sliding_window_pattern": 6}
+    for doc, zoo_id in ((gemma2, "gemma-2-2b"), (gemma3, "gemma-3-1b"), (MISTRAL_7B, "mistral-7b")):
+        m, want = model_from_hf_config(doc, "config.json"), zoo.resolve(zoo_id)
+        assert (m.sliding_layers, m.sliding_window) == (want.sliding_layers, want.sliding_window), zoo_id
+    listed = {**gemma3, "layer_types": ["full_attention"] * 20 + ["sliding_attention"] * 6}
+    assert model_from_hf_config(listed, "config.json").sliding_layers == 6
+
+
+def test_windows_that_do_not_bind_are_left_out():
+    # Qwen2-7B: sliding_window 131072 but use_sliding_window false; Mixtral v0.1: sliding_window null
+    assert model_from_hf_config(QWEN2_7B, "config.json").sliding_layers is None
+    assert model_from_hf_config(MIXTRAL_8X7B, "config.json").sliding_layers is None
+    qwen = {**QWEN2_7B, "use_sliding_window": True, "sliding_window": 4096, "max_window_layers": 21}
+    assert model_from_hf_config(qwen, "config.json").sliding_layers == 7
+    wide = {**MISTRAL_7B, "sliding_window": 32768}  # the whole context: no window in effect
+    assert model_from_hf_config(wide, "config.json").sliding_layers is None

@@ -804,7 +804,8 @@ def test_sm_counts_from_cores_or_from_the_fp32_identity(cat):
     expected = {"a100-sxm4-80gb": 108, "h100-sxm5-80gb": 132, "rtx-4090": 128, "v100-sxm2-16gb": 80,
                 "p100-sxm2-16gb": 56, "h100-nvl-94gb": 131}
     assert {g: sm_count(cat.by_id(g)) for g in expected} == expected
-    assert sm_count(cat.by_id("b200-sxm-180gb")) is None  # neither cores nor clock published
+    assert sm_count(cat.by_id("b200-sxm-180gb")) == 148  # Chips and Cheese, measured: 2 x 74 SMs
+    assert sm_count(cat.by_id("b300-sxm-288gb")) is None  # neither cores nor clock published
 
 
 # --------------------------------------------------------------------------

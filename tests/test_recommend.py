@@ -277,7 +277,12 @@ def test_advisory_fires_per_gpu_and_workload_notes_once(cli_json):
     assert any("unclear and framework-dependent" in n for n in doc["notes"])
     for g in doc["results"]["ranked"]:
         fired = {a["rule"] for a in g["advisories"]}
-        assert ("no-nvlink-multigpu" in fired) == (BY_ID[g["gpu_id"]].nvlink_gb_s is None)
+        # fires where the GPUs talk over PCIe; an SXM module without an NVLink figure (b100) is unknown, not PCIe
+        from gpusizer.hardware.vendors import gpu_fabric
+
+        assert ("no-nvlink-multigpu" in fired) == (gpu_fabric(BY_ID[g["gpu_id"]]) == "pcie")
+    b100 = next(g for g in doc["results"]["ranked"] if g["gpu_id"] == "b100")
+    assert "no-nvlink-multigpu" not in {a["rule"] for a in b100["advisories"]}
     one = cli_json("recommend", "--workload", "rnn", "--top", "50")
     assert not any("unclear" in n for n in one["notes"])
     assert all(not g["advisories"] or {a["rule"] for a in g["advisories"]} <= {"no-tensor-cores"}
@@ -631,7 +636,7 @@ def test_human_output_says_price_unknown(cli):
 
 
 def test_nothing_qualifies_exits_4(cli):
-    result = cli("recommend", "--workload", "cnn", "--budget", "100")
+    result = cli("recommend", "--workload", "cnn", "--budget", "100", "--gpus", "1")
     assert result.exit_code == ExitCode.NOTHING_FITS
     assert "No GPU qualifies" in result.stdout and "over the budget" in result.stdout
 
@@ -677,11 +682,11 @@ def _write(tmp_path: Path, text: str) -> str:
     [
         (["--workload", "cnnn"], ExitCode.USAGE, "unknown workload 'cnnn'"),
         (["--workload", "cnn", "--budget", "-5"], ExitCode.USAGE,
-         "--budget: the budget must be a positive number of US dollars, not -5"),
+         "--budget: the budget must be a positive number of US dollars up to 1,000,000,000,000, not -5"),
         (["--workload", "cnn", "--budget", "0"], ExitCode.USAGE,
-         "--budget: the budget must be a positive number of US dollars, not 0"),
+         "--budget: the budget must be a positive number of US dollars up to 1,000,000,000,000, not 0"),
         (["--workload", "cnn", "--max-power", "-300"], ExitCode.USAGE,
-         "--max-power: the power limit must be a positive number of watts, not -300"),
+         "--max-power: the power limit must be a positive number of watts up to 1,000,000,000, not -300"),
         (["--workload", "cnn", "--require", "rdam"], ExitCode.USAGE, "unknown requirement 'rdam'"),
         (["--workload", "cnn", "--segment", "gamer"], ExitCode.USAGE, "--segment: 'gamer'"),
         (["--workload", "cnn", "--precision", "int8"], ExitCode.USAGE, "int8 is an inference precision"),

@@ -95,7 +95,7 @@ def test_system_sets_gpu_count_topology_and_cloud_price(cli_json):
 
 @pytest.mark.parametrize(("args", "message"), [
     (["--system", "dgx-h100", "--gpu", "rtx-4090"], "holds h100-sxm5-80gb"),
-    (["--system", "dgx-h100", "--gpus", "16"], "holds 8 GPU(s)"),
+    (["--system", "dgx-h100", "--gpus", "16"], "holds 8 GPUs"),
     (["--system", "no-such-box"], "unknown system"),
     ([], "name a GPU or a system"),
 ])

@@ -167,6 +167,7 @@ def _modelled_speed(
 
     shape = resolve_model(model, cache_dir=cache_dir)  # (an unknown model is the user's error, exit 2)
     values: list[float | None] = []
+    upper: list[bool] = []
     notes: list[str] = []
     unit, what = "", shape.name
     for g in gpus:
@@ -180,10 +181,16 @@ def _modelled_speed(
                              f"{settings['batch']} does not)")
         except GpusizerError as exc:
             values.append(None)
+            upper.append(False)
             notes.append(f"{g.id}: not timed: {exc.message}")
             continue
         timed = est.results.estimate
         values.append(timed.throughput_per_s if timed is not None else None)
+        upper.append(timed is not None and timed.upper_bound)
+        if timed is not None and timed.upper_bound:
+            notes.append(f"{g.id}: the modelled speed is an upper bound: {timed.upper_bound_reason}, so matrix-vector "
+                         f"decode is timed without the per-SM cap calibrated on NVIDIA GPUs (error band "
+                         f"{timed.error_band:.0%}); its ratio to the others may be too high")
         if timed is None:
             notes.append(f"{g.id}: not timed: {est.results.reason}")
         else:
@@ -194,4 +201,4 @@ def _modelled_speed(
     notes.append(f"modelled speed: {what}, from the performance model ('estimate' on each GPU; docs/accuracy.md "
                  "gives its error)")
     return CompareRow(field="modelled_throughput_per_s", label=label, values=tuple(values),
-                      ratios=ratios(values)), notes
+                      ratios=ratios(values), upper_bounds=tuple(upper) if any(upper) else ()), notes

@@ -12,11 +12,12 @@ from gpusizer.api._envelope import _FROZEN as _FROZEN
 from gpusizer.api._envelope import SCHEMA_VERSION as SCHEMA_VERSION
 from gpusizer.api._envelope import Result as Result
 from gpusizer.api._envelope import load_catalog as load_catalog
+from gpusizer.domain.precision import DEFAULT_PRECISION
 from gpusizer.domain.run import RunConfig, make_run_config
 from gpusizer.domain.shape import ModelShape, shape_from_model, shape_from_params
 from gpusizer.errors import UsageError
 from gpusizer.hardware.catalog import Catalog
-from gpusizer.units import parse_count
+from gpusizer.units import finite_number, parse_count
 
 #: Upper bounds on what a question may ask; beyond them is a UsageError (exit 2), not
 #: an overflow. GPUs in all: recommend's cap; parameters: the zoo's.
@@ -38,24 +39,15 @@ MAX_PRICE_PER_GPU_HOUR = 1e6
 #: fixed per-GPU overhead (the CUDA context): 1 TiB
 MAX_OVERHEAD_BYTES = 1 << 40
 
-def _show_number(value: object) -> str:
-    """``1,000,000`` or ``1e+308``: a bound or a bad value, briefly."""
-    try:
-        number = float(value)  # type: ignore[arg-type]
-    except OverflowError:
-        return f"a number of {len(str(value))} digits"
-    except (TypeError, ValueError):
-        return repr(value)[:24]
-    if number.is_integer() and abs(number) < 1e16:
-        return f"{int(number):,}"
-    return f"{number:.4g}"
-
 def _check_range(value: float | None, field: str, what: str, low: float, high: float) -> None:
-    """A UsageError naming ``field`` unless ``value`` is None or a finite number in [low, high]."""
-    if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool) and low <= value <= high):
-        return  # (NaN fails both comparisons)
-    raise UsageError(f"{what} must be between {_show_number(low)} and {_show_number(high)}, "
-                     f"not {_show_number(value)}", field=field)
+    """A UsageError naming ``field`` unless ``value`` is None or a finite number in [low, high]
+    (the one check, :func:`gpusizer.units.finite_number`, says which it is not)."""
+    if value is None:
+        return
+    try:
+        finite_number(value, low, high)
+    except ValueError as exc:
+        raise UsageError(f"{what} {exc}", field=field) from None
 
 def resolve_model(
     model: str | ModelShape | None = None, *, params: str | int | None = None, hf_config: str | Path | None = None,
@@ -93,6 +85,49 @@ def resolve_model(
 
         return shape_from_model(load_hf_config(hub_config_path(hf_model)))
     return shape_from_model(load_hf_config(Path(str(hf_config))))
+
+def checkpoint_defaults(shape: ModelShape | None, mode: str, *, given: bool) -> tuple[dict[str, str], str | None]:
+    """What an inference run of a quantised checkpoint (its config's ``quantization_config``)
+    defaults to, a ``weight_format`` or a ``precision`` setting, and a note saying so; nothing
+    when the run ``given`` a precision or weight format of its own (it wins), and for training."""
+    q = shape.checkpoint if shape is not None else None
+    if q is None:
+        return {}, None
+    what = f"the checkpoint's quantization_config ({q.detail})"
+    if mode != "inference":
+        return {}, f"{what} is for inference: training counts the weights at the run's precision"
+    if given:
+        return {}, f"{what} is not applied: the precision or weight format given is used"
+    if not q.mapped:
+        return {}, (f"{what} has no weight format in gpusizer: the weights are counted at the default "
+                    f"{DEFAULT_PRECISION['inference']}; give a precision or a weight format to size them")
+    if q.weight_format is not None:
+        return {"weight_format": q.weight_format}, (f"weight format {q.weight_format} (default: {what}); give a "
+                                                    "precision or a weight format to change it")
+    assert q.precision is not None  # mapped
+    return {"precision": q.precision}, (f"precision {q.precision} (default: {what}); give a precision or a weight "
+                                        "format to change it")
+
+def checkpoint_run(
+    shape: ModelShape | None, mode: str, settings: dict[str, Any], *, run: RunConfig | None = None,
+    precision: str | None = None, precisions: tuple[str, ...] | None = None,
+) -> tuple[str | None, dict[str, Any], str | None]:
+    """:func:`checkpoint_defaults` for a command that takes the precision apart from the run's
+    settings: (the precision, the settings with the checkpoint's weight format, the note).
+    ``precisions``: those the command takes (a checkpoint precision outside them is noted, not used)."""
+    ckpt, note = checkpoint_defaults(shape, mode, given=_given_weights(settings, run, precision))
+    if precisions is not None and ckpt.get("precision", precisions[0]) not in precisions:
+        note = (f"the checkpoint's weights are {ckpt['precision']} (its quantization_config), which this command "
+                "does not rank: they are counted at its default precision")
+        ckpt = {}
+    weights = {"weight_format": ckpt["weight_format"]} if "weight_format" in ckpt else {}
+    return ckpt.get("precision", precision), {**settings, **weights}, note
+
+def _given_weights(settings: dict[str, Any], run: RunConfig | None = None, precision: str | None = None) -> bool:
+    """The run names its own precision or weight format (settings, a base RunConfig, or an argument)."""
+    named = {"precision", "weight_format"}
+    return (precision is not None or any(settings.get(k) is not None for k in named)
+            or (run is not None and bool(named & run.model_fields_set)))
 
 def _run(run: RunConfig | None, settings: dict[str, Any]) -> RunConfig:
     """A RunConfig from ``run`` with ``settings`` (RunConfig fields) applied over it."""

@@ -15,15 +15,16 @@ from gpusizer.api._common import (
     _check_cluster,
     _check_range,
     _run,
+    checkpoint_run,
     load_catalog,
     perf_data,
     resolve_model,
     resolve_node,
 )
-from gpusizer.domain.parallelism import LAYOUT_DEGREES, Parallelism, sharded_gpus
+from gpusizer.domain.parallelism import LAYOUT_DEGREES, Parallelism, idle_sharding_note, sharded_gpus, tensor_parallel
 from gpusizer.domain.precision import default_precision, storage_precision
 from gpusizer.domain.run import RunConfig
-from gpusizer.domain.shape import ModelShape
+from gpusizer.domain.shape import ModelShape, beyond_context_note
 from gpusizer.errors import NothingFitsError, UsageError
 from gpusizer.hardware.catalog import Catalog, Gpu
 from gpusizer.hardware.systems import Systems
@@ -34,6 +35,7 @@ from gpusizer.memory.estimate import (
     largest_batch,
     resolved_input,
 )
+from gpusizer.memory.serving import ServingCapacity, serving_capacity
 from gpusizer.performance.calibration import Calibration, Interconnects
 from gpusizer.performance.estimate import PerfEstimate, estimate_performance
 from gpusizer.performance.planning import (
@@ -44,7 +46,7 @@ from gpusizer.performance.planning import (
     scaling_curve,
     time_to_train,
 )
-from gpusizer.performance.serving import ServingSpeed, concurrency_for_latency, serving_speed
+from gpusizer.performance.serving import MAX_SEARCH_CONCURRENCY, ServingSpeed, concurrency_for_latency, serving_speed
 from gpusizer.performance.topology import Topology
 from gpusizer.units import parse_count
 
@@ -167,13 +169,14 @@ def estimate(
     node = resolve_node(system, gpu, gpus, catalog=cat, interconnect=interconnect, nics_per_node=nics_per_node,
                         nodes=nodes, price_per_hour=price_per_hour, cache_dir=cache_dir)
     gpus, price_per_hour, g = node.gpus, node.price_per_gpu_hour, (res := cat.resolve(node.gpu)).gpu
+    precision, settings, ckpt_note = checkpoint_run(shape, mode, settings, run=run, precision=precision)
     adapted = settings.get("adapter", run.adapter if run is not None else None) is not None
     prec = precision or default_precision(mode, adapters=adapted)
     mem_prec = storage_precision(prec, mode)
     given_batch = settings.get("batch", run.batch if run is not None and "batch" in run.model_fields_set else None)
     cfg = _layout(_run(run, {**settings, "mode": mode, "precision": mem_prec, "batch": given_batch or 1,
                              "persistent_grads": grad_accumulation > 1, "gpus": gpus}), nodes, grad_accumulation)
-    notes = [n for n in (res.note, *node.notes, input_default_note(shape, cfg)) if n]
+    notes = [n for n in (res.note, *node.notes, ckpt_note, *_input_notes(shape, cfg, gpus, nodes)) if n]
     inputs = {
         "model": shape.name, "params": shape.params, "gpu": gpu or node.gpu, "system": system, "resolved_id": g.id,
         "gpus": gpus, "nodes": nodes, "interconnect": interconnect, "nics_per_node": nics_per_node, "precision": prec,
@@ -199,16 +202,26 @@ def estimate(
                      topology=node.topology, **perf_data(cat, cache_dir))
     serving = None
     if _serves(shape, cfg, phase):
-        inputs["prompt"] = prompt or cfg.seq_len or default_seq_len(shape)
-        inputs["max_itl_ms"] = max_itl_ms
-        serving, cfg, batch_note = _serving(shape, cfg, mem_cfg, g, perf, inputs["prompt"], max_itl_ms, batch_note,
-                                            notes)
+        inputs.update(prompt=prompt or cfg.seq_len or default_seq_len(shape), max_itl_ms=max_itl_ms)
+        serving, cfg, batch_note = _serving(shape, cfg, mem_cfg, g, perf, inputs["prompt"], max_itl_ms,
+                                            batch_note if given_batch is None else None, notes)
         mem_cfg = mem_cfg.model_copy(update={"batch": cfg.batch})
         inputs["batch"] = cfg.batch
     elif max_itl_ms is not None or prompt is not None:
         raise UsageError("a prompt length and a latency target are for serving a decoder (inference, decode)",
                          field="max_itl_ms" if max_itl_ms is not None else "prompt")
     return _estimate_run(shape, cfg, mem_cfg, g, inputs, notes, batch_note, amount, perf, price_per_hour, serving)
+
+def _input_notes(shape: ModelShape, cfg: RunConfig, gpus: int, nodes: int) -> tuple[str | None, ...]:
+    """What the run assumed for its input size, whether the sequence outruns the model's context,
+    and whether ZeRO or FSDP has one data-parallel replica to shard."""
+    return input_default_note(shape, cfg), beyond_context_note(shape, cfg.seq_len), _idle_note(cfg, gpus, nodes)
+
+
+def _idle_note(cfg: RunConfig, gpus: int, nodes: int) -> str | None:
+    """The note when ZeRO or FSDP has one data-parallel replica to shard (idle_sharding_note)."""
+    spread = cfg.model_copy(update={"gpus": sharded_gpus(cfg.strategy, gpus, nodes, **cfg.layout_degrees)})
+    return idle_sharding_note(cfg.strategy, spread.parallelism)
 
 def _check_phase(phase: str | None, mode: str) -> None:
     if phase is not None and mode == "train":
@@ -276,19 +289,28 @@ def _serves(shape: ModelShape, cfg: RunConfig, phase: str | None) -> bool:
 
 def _serving(
     shape: ModelShape, cfg: RunConfig, mem_cfg: RunConfig, g: Gpu, perf: _PerfArgs, prompt: int,
-    max_itl_ms: float | None, batch_note: str, notes: list[str],
+    max_itl_ms: float | None, default_note: str | None, notes: list[str],
 ) -> tuple[ServingSpeed | None, RunConfig, str]:
     """Serving latency at the batch (the concurrency), or the largest concurrency
-    meeting ``max_itl_ms`` within what memory holds."""
+    meeting ``max_itl_ms`` within what memory holds. ``default_note``: why the default batch
+    was chosen (it is then at most what serve holds); None: the batch was given."""
     context = cfg.seq_len or default_seq_len(shape)
     kw = {**perf.kwargs(), "nodes": perf.nodes}
     kw.pop("phase")
+    batch_note = "given" if default_note is None else default_note
+    if max_itl_ms is None and default_note is not None:
+        cfg, batch_note = _served_batch(shape, cfg, mem_cfg, g, default_note)
     if max_itl_ms is None:
         return serving_speed(g, shape, cfg, context=context, prompt=prompt, concurrency=cfg.batch, **kw), cfg, \
             batch_note
     if not max_itl_ms > 0:
         raise UsageError(f"the latency target {max_itl_ms:g} ms must be positive", field="max_itl_ms")
-    limit = largest_batch(shape, mem_cfg.model_copy(update={"seq_len": context}), g.memory_bytes) or 1
+    capacity = _serving_capacity(shape, mem_cfg, g, context)
+    if capacity is not None:
+        held = capacity.max_concurrency
+    else:  # a layout the serving model does not cover (pipeline, context or expert parallel, sharded weights)
+        held = largest_batch(shape, mem_cfg.model_copy(update={"seq_len": context}), g.memory_bytes) or 0
+    limit = max(1, min(held, MAX_SEARCH_CONCURRENCY))
     found = concurrency_for_latency(g, shape, cfg, context=context, prompt=prompt, max_itl_s=max_itl_ms / 1e3,
                                     limit=limit, **kw)
     if found is None:
@@ -297,18 +319,63 @@ def _serving(
         one = cfg.model_copy(update={"batch": 1})
         return serving_speed(g, shape, one, context=context, prompt=prompt, concurrency=1, **kw), one, \
             "latency target not met: concurrency 1"
-    note = f"largest concurrency with an inter-token latency of at most {max_itl_ms:g} ms (memory holds {limit})"
+    # the search stops at what memory holds (or its own cap); below that the latency stopped it
+    limited_by: Literal["latency", "memory"] = "memory" if found.concurrency >= limit else "latency"
+    found = found.model_copy(update={"limited_by": limited_by, "memory_concurrency": held})
+    if limited_by == "memory" and held < 1:
+        notes.append(f"memory holds no sequence of {context:,} tokens on {g.id}: the figures at concurrency 1 "
+                     "are hypothetical")
+        note = "memory holds no sequence: concurrency 1"
+    elif limited_by == "memory":
+        where = g.id if capacity is None or capacity.tp == 1 else f"{capacity.tp} x {g.id} at TP={capacity.tp}"
+        notes.append(f"memory, not latency, limits the concurrency: {where} holds {held:,} sequences of {context:,} "
+                     f"tokens, which decode in {found.itl_s * 1e3:.2f} ms a token, within {max_itl_ms:g} ms")
+        note = f"the most memory holds, {held:,}; their inter-token latency is within {max_itl_ms:g} ms"
+    else:
+        note = f"largest concurrency with an inter-token latency of at most {max_itl_ms:g} ms (memory holds {held:,})"
     return found, cfg.model_copy(update={"batch": found.concurrency}), note
+
+
+def _served_batch(shape: ModelShape, cfg: RunConfig, mem_cfg: RunConfig, g: Gpu, batch_note: str
+                  ) -> tuple[RunConfig, str]:
+    """The default concurrency of a serving run: the default batch, at most what a serving
+    engine's KV cache holds (as ``serve`` counts it)."""
+    capacity = _serving_capacity(shape, mem_cfg, g, cfg.seq_len or default_seq_len(shape))
+    if capacity is None or not 1 <= capacity.max_concurrency < cfg.batch:
+        return cfg, batch_note
+    return (cfg.model_copy(update={"batch": capacity.max_concurrency}),
+            "the most a serving engine's KV cache holds (as gpusizer serve counts it)")
+
+
+def _serving_capacity(shape: ModelShape, mem_cfg: RunConfig, g: Gpu, context: int) -> ServingCapacity | None:
+    """What a serving engine holds on ``g`` (``serve``'s paged KV cache, gpusizer.memory.serving) for
+    the run's tensor-parallel group; None for a layout that model does not cover."""
+    par = mem_cfg.parallelism
+    if max(par.pp, par.cp, par.ep) > 1 or par.weight_shards > 1:
+        return None
+    run = mem_cfg.model_copy(update={**tensor_parallel(par.tp), "tp": None})
+    return serving_capacity(shape, run, g.memory_bytes, context)
 
 def _estimate_run(
     shape: ModelShape, cfg: RunConfig, mem_cfg: RunConfig, g: Gpu, inputs: dict[str, Any], notes: list[str],
     batch_note: str, amount: _Work, perf: _PerfArgs, price_per_hour: float | None, serving: ServingSpeed | None,
 ) -> EstimateResult:
-    mem = estimate_memory(shape, mem_cfg)
-    fits = mem.total_bytes <= g.memory_bytes
-    if not fits:
-        notes.append(f"does not fit: {mem.total_bytes / 2**30:.1f} GiB per GPU needed, {g.memory_gib:g} GiB on "
-                     f"{g.id} (gpusizer fit-model shows the breakdown); the speed below is hypothetical")
+    capacity = _serving_capacity(shape, mem_cfg, g, serving.context_tokens) if serving is not None else None
+    if capacity is not None and serving is not None:
+        # a serving engine prefills in chunks and pages the KV cache: serve's accounting
+        memory = MemoryCheck(per_gpu_bytes=capacity.bytes_for(serving.concurrency),
+                             capacity_bytes=capacity.budget_bytes, fits=serving.concurrency <= capacity.max_concurrency)
+        if not memory.fits:
+            notes.append(f"does not fit: {g.id} holds {capacity.max_concurrency:,} sequences of "
+                         f"{serving.context_tokens:,} tokens at {capacity.utilization:.0%} of its memory (gpusizer "
+                         f"serve shows the breakdown), not {serving.concurrency:,}; the speed below is hypothetical")
+    else:
+        mem = estimate_memory(shape, mem_cfg)
+        memory = MemoryCheck(per_gpu_bytes=mem.total_bytes, capacity_bytes=g.memory_bytes,
+                             fits=mem.total_bytes <= g.memory_bytes)
+        if not memory.fits:
+            notes.append(f"does not fit: {mem.total_bytes / 2**30:.1f} GiB per GPU needed, {g.memory_gib:g} GiB on "
+                         f"{g.id} (gpusizer fit-model shows the breakdown); the speed below is hypothetical")
     kwargs = perf.kwargs()
     est = estimate_performance(g, shape, cfg, nodes=perf.nodes, **kwargs)
     notes += list(est.notes)
@@ -326,7 +393,7 @@ def _estimate_run(
         "gpus_total")}
     results = EstimateResults(
         gpu=g.id, gpu_name=g.name, **speed, batch_per_gpu=cfg.batch, batch_source=batch_note,
-        memory=MemoryCheck(per_gpu_bytes=mem.total_bytes, capacity_bytes=g.memory_bytes, fits=fits),
+        memory=memory,
         scaling_curve=tuple(curve), time_to_train=training,
         cost_usd=training.cost_usd if training is not None else None,
         price_per_gpu_hour_usd=price_per_hour,

@@ -8,9 +8,20 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
-from gpusizer.api._common import _FROZEN, MAX_OVERHEAD_BYTES, Result, _check_range, _run, load_catalog, resolve_model
+from gpusizer.api._common import (
+    _FROZEN,
+    MAX_OVERHEAD_BYTES,
+    Result,
+    _check_range,
+    _given_weights,
+    _run,
+    checkpoint_defaults,
+    load_catalog,
+    resolve_model,
+)
+from gpusizer.domain.parallelism import NODE_GPUS, idle_sharding_note
 from gpusizer.domain.run import RunConfig
-from gpusizer.domain.shape import ModelShape
+from gpusizer.domain.shape import ModelShape, beyond_context_note
 from gpusizer.errors import UsageError
 from gpusizer.exact.source import ExactTrace
 from gpusizer.hardware.catalog import Catalog
@@ -49,6 +60,13 @@ class FitResults(BaseModel):
     #: when it fits on no GPU checked: the smallest changes that make it fit, each measured
     #: (options in command-line words, peak per GPU, the GPUs that hold it, the largest batch)
     remedies: tuple[Remedy, ...] = ()
+    #: GPUs in one node of the run: the system's count (at most the run's GPUs), else the run's
+    #: GPUs up to NODE_GPUS (8, a DGX/HGX board; larger runs are counted in whole nodes of it)
+    gpus_per_node: int = 1
+    #: offloaded state one node holds in host memory, or on NVMe: the breakdown's per-GPU
+    #: cpu_bytes (nvme_bytes) times gpus_per_node
+    cpu_bytes_per_node: int = 0
+    nvme_bytes_per_node: int = 0
 
 #: The range a card's memory may be given in: 64 MiB to 64 TiB.
 _CARD_BYTES = (1 << 26, 1 << 46)
@@ -82,16 +100,17 @@ class FitModelResult(Result):
 def _system_gpus(
     system: str | None, gpu: str | Sequence[str] | None, probe: ProbeReport | None, settings: dict[str, Any],
     cache_dir: Path | None,
-) -> tuple[str | Sequence[str] | None, dict[str, Any]]:
-    """A system checks its own GPU at its own count, unless a count is given; None counts are dropped."""
+) -> tuple[str | Sequence[str] | None, dict[str, Any], int | None]:
+    """A system checks its own GPU at its own count, unless a count is given; None counts are
+    dropped. The GPUs a node of the system holds (None: no system)."""
     if system is None:
-        return gpu, {k: v for k, v in settings.items() if not (k == "gpus" and v is None)}
+        return gpu, {k: v for k, v in settings.items() if not (k == "gpus" and v is None)}, None
     from gpusizer.hardware.systems import load_systems
 
     if gpu or probe is not None:
         raise UsageError("check a system, or named GPUs, not both", field="gpu")
     sys_ = load_systems(cache_dir=cache_dir).resolve(system)
-    return sys_.gpu, {**settings, "gpus": settings.get("gpus") or sys_.gpus}
+    return sys_.gpu, {**settings, "gpus": settings.get("gpus") or sys_.gpus}, sys_.gpus
 
 
 def fit_model(
@@ -129,12 +148,14 @@ def fit_model(
     """
     if method not in ("physics", "rule-of-thumb", "exact"):
         raise UsageError(f"method {method!r} is not physics, rule-of-thumb or exact", field="method")
-    gpu, settings = _system_gpus(system, gpu, probe, settings, cache_dir)
+    gpu, settings, system_gpus = _system_gpus(system, gpu, probe, settings, cache_dir)
     _check_range(settings.get("context_bytes"), "context_bytes", "the fixed overhead in bytes", 0, MAX_OVERHEAD_BYTES)
-    cfg = _run(run, settings)
     shape, source = _model_for(method, model, params, hf_config, hf_model, torch_model, input_shape,
                                trust_remote_code, cache_dir)
-    notes: list[str] = []
+    mode = settings.get("mode") or (run.mode if run is not None else "train")
+    ckpt, ckpt_note = checkpoint_defaults(shape, mode, given=_given_weights(settings, run))
+    cfg = _run(run, {**settings, **ckpt})
+    notes: list[str] = [ckpt_note] if ckpt_note else []
     given = capacities_from_sizes([_card_size(m) for m in dict.fromkeys(memory)])  # (checked first; a repeat once)
     capacities: list[Capacity] = []
     if probe is not None:
@@ -161,14 +182,25 @@ def fit_model(
         inputs = {"model": shape.name, "params": shape.params, "method": method, **cfg.model_dump(mode="json"),
                   **resolved_input(shape, cfg)}
         assumed = input_default_note(shape, cfg) if method != "rule-of-thumb" else None
-        notes += [assumed] if assumed else []
+        beyond = beyond_context_note(shape, cfg.seq_len)
+        notes += [n for n in (assumed, beyond) if n]
     inputs.update(gpus_checked=[c.label for c in capacities], local=probe is not None)
+    notes += [n for n in (idle_sharding_note(cfg.strategy, cfg.parallelism),) if n]
     results = FitResults(
         model=report.model_name, params=report.params, method=report.method, breakdown=report.breakdown,
         gpus=report.gpus, fits_on=tuple(g.gpu_id or g.gpu_name for g in report.gpus if g.fits),
         verdict=report.verdict, trace=traced, remedies=report.remedies,
+        **_host_per_node(report.breakdown, cfg.gpus, system_gpus),
     )
     return FitModelResult(input=inputs, results=results, notes=(*notes, *report.notes), report=report)
+
+
+def _host_per_node(breakdown: MemoryBreakdown, gpus: int, system_gpus: int | None) -> dict[str, int]:
+    """The offloaded state a node holds (the host RAM or NVMe to buy): a GPU's times the GPUs
+    of a node (FitResults.gpus_per_node)."""
+    per_node = min(gpus, system_gpus or NODE_GPUS)
+    return {"gpus_per_node": per_node, "cpu_bytes_per_node": breakdown.cpu_bytes * per_node,
+            "nvme_bytes_per_node": breakdown.nvme_bytes * per_node}
 
 
 def _model_for(method: str, model: str | ModelShape | None, params: str | int | None, hf_config: str | Path | None,

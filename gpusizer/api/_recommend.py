@@ -8,15 +8,23 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
-from gpusizer.api._common import Result, _check_cluster, load_catalog, perf_data, resolve_model
-from gpusizer.domain.shape import ModelShape
+from gpusizer.api._common import (
+    Result,
+    _check_cluster,
+    checkpoint_run,
+    load_catalog,
+    perf_data,
+    resolve_model,
+)
+from gpusizer.domain.precision import RULE_PRECISIONS as RULES
+from gpusizer.domain.shape import ModelShape, beyond_context_note
 from gpusizer.errors import DataFileError, NothingFitsError, UsageError
 from gpusizer.hardware.catalog import Catalog
 from gpusizer.hardware.systems import System
 from gpusizer.hardware.vendors import DEFAULT_VENDOR
 from gpusizer.ranking.configs import Plan, PlanRequest
 from gpusizer.ranking.rules import RuleSet, Workload
-from gpusizer.ranking.search import Candidate, Recommendation, RecommendRequest
+from gpusizer.ranking.search import MAX_BUDGET_USD, Candidate, Recommendation, RecommendRequest
 
 if TYPE_CHECKING:
     from gpusizer.hardware.probe import ProbeReport  # (only --local's callers build one)
@@ -52,9 +60,8 @@ def recommend(
     ``budget`` is total US dollars and ``max_power`` total watts for ``gpus`` x
     ``nodes`` GPUs; ``require`` names hard requirements (ecc, rdma, nvlink,
     fp64); ``vendor`` (nvidia, amd, intel or any) picks whose GPUs are considered, NVIDIA only
-    by default. A model (by name, parameter count or HF config) adds the memory fit
-    and the performance model's speed. ``probe`` ranks that machine's GPUs
-    (``gpusizer.hardware.nvml.read_host()`` reads one) instead of the catalog.
+    by default. A model (by name, parameter count or HF config) adds the memory fit and the performance
+    model's speed. ``probe`` (``gpusizer.hardware.nvml.read_host()`` reads one) ranks its GPUs instead.
 
     Whole configurations (``results.plan``, ranking.plan): a ``budget`` without ``gpus`` buys as
     many of each GPU as it can, ranked by predicted throughput; a ``deadline`` (``14d``), a
@@ -85,22 +92,25 @@ def recommend(
         shape = resolve_model(model, params=params, hf_config=hf_config, cache_dir=cache_dir)
     elif batch is not None:
         raise UsageError("a batch needs a model (by name, parameter count or HF config)", field="batch")
+    precision, settings, ckpt_note = checkpoint_run(shape, wl.mode, settings, precision=precision, precisions=RULES)
     cat = catalog or load_catalog(cache_dir=cache_dir)
+    preq = _plan_request(budget if gpus is None and probe is None else None, deadline, max_cost, budget_per_hour,
+                         tokens, epochs, dataset_size, top)
     req = RecommendRequest(
         workload=workload, precision=precision, shape=shape, batch=batch, seq_len=seq_len, image_size=image_size,
         flash_attention=flash_attention, optimizer=optimizer, strategy=strategy, gpus_per_node=gpus or 1, nodes=nodes,
         interconnect=interconnect, budget_usd=budget, max_power_w=max_power, require=tuple(require),
+        counts_chosen=preq is not None,
         segments=tuple(segments), top=top, sort=sort, vendor=vendor.lower(), system=sys_.id if sys_ else None,
         run_settings={k: v for k, v in settings.items() if v is not None}, perf_data=perf_data(cat, cache_dir),
         why_not=tuple({cat.resolve(name).gpu.id: name for name in reversed(list(why_not))}.items())[::-1],
     )
     candidates, notes = _candidates(probe, cat)
+    notes += [n for n in (ckpt_note, shape and beyond_context_note(shape, seq_len)) if n]
     if sys_ is not None:
         candidates = tuple(c for c in candidates if c.gpu.id == sys_.gpu)
     reference = _reference(ruleset, wl, cache_dir) if shape is None else None
     rec = _recommend(candidates, ruleset, req, reference=reference, pool=cat.gpus)
-    preq = _plan_request(budget if gpus is None and probe is None else None, deadline, max_cost, budget_per_hour,
-                         tokens, epochs, dataset_size, top)
     _check_plan_inputs(preq, gpus, nodes, budget)
     if preq is not None:
         rec = rec.model_copy(update={"plan": _plan(preq, candidates, ruleset, req, reference, cat, cache_dir)})
@@ -117,7 +127,7 @@ def _inputs(req: RecommendRequest, rec: Recommendation, preq: PlanRequest | None
     """The resolved request, every run setting with the value used (as fit-model echoes them)."""
     from gpusizer.domain.run import make_run_config
 
-    run = make_run_config(**req.run_settings).model_dump(mode="json", include={
+    run = make_run_config(**{**req.run_settings, "mode": rec.mode}).model_dump(mode="json", include={
         "checkpointing", "adapter", "offload", "offload_to", "weight_format", "loss"})
     shape = req.shape
     return {
@@ -225,8 +235,9 @@ def _plan_request(
         except ValueError as exc:
             raise UsageError(str(exc), field="deadline") from None
     for value, field in ((max_cost, "max_cost"), (budget_per_hour, "budget_per_hour")):
-        if value is not None and not (0 < value < 1e12):
-            raise UsageError(f"{field.replace('_', ' ')} must be a positive number of US dollars", field=field)
+        if value is not None and not (0 < value <= MAX_BUDGET_USD):
+            raise UsageError(f"{field.replace('_', ' ')} must be a positive number of US dollars up to "
+                             f"{MAX_BUDGET_USD:,.0f}", field=field)
     if amount.tokens is None and amount.samples is None and budget_per_hour is None:
         raise UsageError(f"a {cloud[0].replace('_', ' ')} needs the job: a token count, or epochs of a dataset size",
                          hint="e.g. 1T tokens", field="tokens")

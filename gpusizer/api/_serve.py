@@ -8,15 +8,16 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from gpusizer.api._common import _FROZEN, Result, _run, load_catalog, resolve_model
+from gpusizer.api._common import _FROZEN, Result, _given_weights, _run, checkpoint_defaults, load_catalog, resolve_model
 from gpusizer.domain.parallelism import tensor_parallel
-from gpusizer.domain.shape import ModelShape
+from gpusizer.domain.shape import ModelShape, beyond_context_note
 from gpusizer.errors import UsageError
 from gpusizer.hardware.catalog import Catalog
 from gpusizer.hardware.vendors import DEFAULT_VENDOR, VENDOR_NAMES, check_vendor, vendor_notes, vendor_wanted
 from gpusizer.memory.serving import (
     BLOCK_TOKENS,
     DEFAULT_UTILIZATION,
+    MAX_BATCHED_TOKENS,
     MAX_TP,
     ServingCapacity,
     fewest_gpus_to_serve,
@@ -58,6 +59,18 @@ class ServeResult(Result):
     def fits(self) -> bool:
         return bool(self.results.serves_on)
 
+def _window_note(shape: ModelShape, context: int) -> str | None:
+    """How sliding-window layers are counted, when the window is shorter than the context."""
+    m = shape.transformer
+    if m is None or not m.sliding_layers or m.sliding_window is None \
+            or m.sliding_window - 1 + MAX_BATCHED_TOKENS >= context:
+        return None  # (a window and a prefill chunk that reach the context hold all of it)
+    layers = m.layers + m.decoder_layers
+    return (f"{m.sliding_layers} of {layers} layers attend within a {m.sliding_window:,}-token window: each "
+            f"sequence holds their KV cache for the window plus one {MAX_BATCHED_TOKENS:,}-token prefill chunk, "
+            "not the whole context (vLLM's hybrid KV-cache manager); kv_bytes_per_token counts every layer")
+
+
 def serve(
     model: str | ModelShape | None = None, *, context: int, users: int | None = None,
     gpu: str | Sequence[str] | None = None, tp: int | None = None, params: str | int | None = None,
@@ -82,13 +95,16 @@ def serve(
     (4, True)
     """
     shape = resolve_model(model, params=params, hf_config=hf_config, cache_dir=cache_dir)
-    cfg = _run(None, {**settings, "mode": "inference"})
+    ckpt, ckpt_note = checkpoint_defaults(shape, "inference", given=_given_weights(settings))
+    cfg = _run(None, {**settings, **ckpt, "mode": "inference"})
     vendor = check_vendor(vendor)
     cat = catalog or load_catalog(cache_dir=cache_dir)
     names = [gpu] if isinstance(gpu, str) else list(gpu or ())
     resolved = (cat.resolve_many(names) if names
                 else [cat.resolve(g.id) for g in cat.gpus if vendor_wanted(vendor, g)])
     notes = [*(r.note for r in resolved if r.note), *vendor_notes([r.gpu for r in resolved], speeds=False, verb="checked")]
+    beyond = beyond_context_note(shape, context, "context")
+    notes += [n for n in (ckpt_note, beyond, _window_note(shape, context)) if n]
     rows = []
     for res in resolved:
         g = res.gpu

@@ -18,6 +18,7 @@ from gpusizer.cli.options import (
     complete_gpu,
     complete_model,
     examples,
+    real,
 )
 from gpusizer.cli.root import command_app, guarded
 
@@ -43,7 +44,7 @@ def catalog_list(
     ] = None,
     arch: Annotated[str | None, typer.Option(metavar="ARCH", rich_help_panel=CONSTRAINTS, help="Architecture, e.g. ampere, hopper.")] = None,
     vendor: Annotated[str | None, typer.Option(metavar="VENDOR", rich_help_panel=CONSTRAINTS, help="nvidia, amd or intel (default: all).", show_default=False)] = None,
-    min_memory: Annotated[float | None, typer.Option(metavar="GIB", rich_help_panel=CONSTRAINTS, help="Minimum memory in GiB.", min=0)] = None,
+    min_memory: Annotated[float | None, typer.Option(metavar="GIB", rich_help_panel=CONSTRAINTS, help="Minimum memory in GiB.", **real(0))] = None,
     ecc: Annotated[bool | None, typer.Option(
         "--ecc/--no-ecc", rich_help_panel=CONSTRAINTS, help="Only GPUs whose ECC can be on (always, or a driver setting), or only those without.",
     )] = None,

@@ -51,6 +51,7 @@ from gpusizer.cli.options import (
     check_report,
     complete_gpu,
     examples,
+    real,
     report_note,
     write_report,
 )
@@ -95,17 +96,17 @@ CudaGraphsOpt = Annotated[bool, typer.Option(
     help="Decode: each step's kernels replay as one CUDA graph (TensorRT-LLM, vLLM, SGLang; llama.cpp at "
          "batch 1 since May 2024), or --no-cuda-graphs: launched one by one from the host (Hugging Face "
          "transformers, ExLlama, older llama.cpp, llama.cpp at batch > 1). Sets the per-layer overhead.")]
-EpochsOpt = Annotated[float | None, typer.Option("--epochs", min=0, metavar="N", rich_help_panel=RUN, help="Epochs to train (with --dataset-size).")]
+EpochsOpt = Annotated[float | None, typer.Option("--epochs", **real(0), metavar="N", rich_help_panel=RUN, help="Epochs to train (with --dataset-size).")]
 DatasetOpt = Annotated[str | None, typer.Option("--dataset-size", metavar="COUNT", rich_help_panel=RUN, help="Samples per epoch, e.g. 1.28M (with --epochs).")]
 TokensOpt = Annotated[str | None, typer.Option("--tokens", metavar="COUNT", rich_help_panel=RUN, help="Tokens to train on, e.g. 300B.")]
 PromptOpt = Annotated[int | None, typer.Option(
     "--prompt", min=1, max=1 << 24, metavar="TOKENS", rich_help_panel=RUN,
     help="Serving: prompt tokens for the time to first token. Default: the whole --seq-len context.")]
 MaxItlOpt = Annotated[float | None, typer.Option(
-    "--max-itl-ms", min=0.001, max=1e6, metavar="MS", rich_help_panel=CONSTRAINTS,
+    "--max-itl-ms", **real(0.001, 1e6), metavar="MS", rich_help_panel=CONSTRAINTS,
     help="Serving: the largest concurrency (batch) whose inter-token latency stays within this many ms.")]
 PriceOpt = Annotated[float | None, typer.Option(
-    "--price-per-hour", min=0, metavar="USD", rich_help_panel=CONSTRAINTS, help="Price per GPU-hour in USD; cost is unknown without it (catalog prices are "
+    "--price-per-hour", **real(0), metavar="USD", rich_help_panel=CONSTRAINTS, help="Price per GPU-hour in USD; cost is unknown without it (catalog prices are "
                                     "purchase prices).")]
 
 
@@ -193,6 +194,8 @@ def _print_estimate(ctx: typer.Context, result: EstimateResult, json_out: bool) 
             raise typer.Exit(int(ExitCode.NOTHING_FITS))
         return
     if not res.fits:
+        # the notes but the last, which repeats the error (the JSON document has no error to say it)
+        _warn(ctx, [n for n in result.notes if not (res.reason and n.startswith(res.reason))])
         report_note(ctx)
         raise NothingFitsError(res.reason or "nothing fits", hint=res.hint)
     from gpusizer.performance.calibration import load_calibration

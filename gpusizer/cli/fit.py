@@ -186,7 +186,8 @@ def _print_fit(ctx: typer.Context, result: FitModelResult, json_out: bool, top: 
 
         _warn(ctx, result.notes)
         console = _console(ctx)
-        console.print(breakdown_table(result.report, width=console.width, inputs=result.input))
+        console.print(breakdown_table(result.report, width=console.width, inputs=result.input,
+                                      gpus_per_node=result.results.gpus_per_node))
         console.print(gpu_table(result.report, limit=top, width=console.width))
         console.print(f"Verdict: {result.results.verdict}", markup=False)
         for line in remedy_lines(result.report, console.width):

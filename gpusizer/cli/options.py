@@ -41,6 +41,29 @@ PANELS: tuple[str, ...] = (MODEL, RUN, HARDWARE, CONSTRAINTS, OUTPUT)
 
 
 # --------------------------------------------------------------------------
+# real-valued options
+
+
+def real(low: float | None = None, high: float | None = None) -> dict[str, Any]:
+    """The settings of a real-valued (float) option, to spread into its ``typer.Option``: the
+    range its help shows (``min``, ``max``) and a parser that checks it with the one check for
+    real inputs (:func:`gpusizer.units.finite_number`), so NaN and the infinities read "must be
+    a finite number" rather than a range they do not break. The error names the option."""
+
+    def parse(value: Any) -> float:
+        from gpusizer.units import finite_number
+
+        try:
+            return finite_number(value, low, high)
+        except ValueError as exc:
+            from pydantic_core import PydanticCustomError
+
+            raise PydanticCustomError("real_number", str(exc)) from None
+
+    return {"min": low, "max": high, "parser": parse}
+
+
+# --------------------------------------------------------------------------
 # examples: every command's help ends with two or three that run as written
 # (tests/test_help.py runs each one and checks its exit code)
 

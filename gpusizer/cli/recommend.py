@@ -37,6 +37,7 @@ from gpusizer.cli.options import (
     VendorOpt,
     complete_gpu,
     examples,
+    real,
 )
 from gpusizer.cli.root import command_app, guarded
 from gpusizer.cli.run_options import (
@@ -78,11 +79,11 @@ WorkloadOpt = Annotated[str, typer.Option("--workload", "-w", metavar="WORKLOAD"
 RecPrecisionOptT = Annotated[PrecisionName | None, typer.Option(metavar="PRECISION", rich_help_panel=RUN, help=precision_help(
     RULE_PRECISIONS, "Working precision (the rules are written for these; hpc defaults to fp64): "))]
 BudgetOpt = Annotated[float | None, typer.Option(
-    "--budget", metavar="USD", rich_help_panel=CONSTRAINTS, help="Total US dollars for all GPUs, at the catalog's dated street price where it has one, "
+    "--budget", **real(), metavar="USD", rich_help_panel=CONSTRAINTS, help="Total US dollars for all GPUs, at the catalog's dated street price where it has one, "
                      "else the launch price. GPUs without a known price are excluded when a budget is given. "
                      "Without --gpus, the tool also chooses how many of each GPU to buy.")]
 MaxPowerOpt = Annotated[float | None, typer.Option(
-    "--max-power", metavar="WATTS", rich_help_panel=CONSTRAINTS, help="Total board power in watts for all GPUs (TDP x count).")]
+    "--max-power", **real(), metavar="WATTS", rich_help_panel=CONSTRAINTS, help="Total board power in watts for all GPUs (TDP x count).")]
 RequireOpt = Annotated[list[str] | None, typer.Option(
     "--require", metavar="FEATURES", rich_help_panel=CONSTRAINTS, help="Hard requirements, comma-separated or repeated: ecc, rdma, nvlink, fp64 (full-rate FP64).")]
 SegmentOpt = Annotated[list[str] | None, typer.Option(
@@ -100,12 +101,12 @@ DeadlineOpt = Annotated[str | None, typer.Option(
     "--deadline", metavar="DURATION", rich_help_panel=CONSTRAINTS, help="Cloud: the cheapest configuration that trains the job (--tokens, or "
                                            "--epochs with --dataset-size) within this time, e.g. 14d, 36h.")]
 MaxCostOpt = Annotated[float | None, typer.Option(
-    "--max-cost", min=0, metavar="USD", rich_help_panel=CONSTRAINTS, help="Cloud: the fastest configuration whose job costs at most this.")]
+    "--max-cost", **real(0), metavar="USD", rich_help_panel=CONSTRAINTS, help="Cloud: the fastest configuration whose job costs at most this.")]
 PerHourOpt = Annotated[float | None, typer.Option(
-    "--budget-per-hour", min=0, metavar="USD", rich_help_panel=CONSTRAINTS, help="Cloud: the fastest configuration renting for at most this "
+    "--budget-per-hour", **real(0), metavar="USD", rich_help_panel=CONSTRAINTS, help="Cloud: the fastest configuration renting for at most this "
                                                     "an hour.")]
 RecTokensOpt = Annotated[str | None, typer.Option("--tokens", metavar="COUNT", rich_help_panel=RUN, help="The job for a cloud objective: tokens, e.g. 1T.")]
-RecEpochsOpt = Annotated[float | None, typer.Option("--epochs", min=0, metavar="N", rich_help_panel=RUN, help="The job: epochs (with --dataset-size).")]
+RecEpochsOpt = Annotated[float | None, typer.Option("--epochs", **real(0), metavar="N", rich_help_panel=RUN, help="The job: epochs (with --dataset-size).")]
 RecDatasetOpt = Annotated[str | None, typer.Option("--dataset-size", metavar="COUNT", rich_help_panel=RUN, help="Samples per epoch, e.g. 1.28M.")]
 WhyNotOpt = Annotated[list[str] | None, typer.Option(
     "--why-not", metavar="GPU", rich_help_panel=OUTPUT, autocompletion=complete_gpu, help="Say why this GPU is not first: its exclusions, or how it compares (repeatable).")]

@@ -2,7 +2,8 @@
 
 The exit-code contract (docs/exit-codes.md) is kept here for every input:
 
-* a GpusizerError is one ``Error:`` line (and a ``Hint:``) with its exit code;
+* a GpusizerError is one ``Error:`` line (and a ``Hint:``, wrapped to the width of standard
+  error, never cut) with its exit code;
 * a bad option is the same two lines and exit 2, never click's usage block;
 * Ctrl-C exits 130 without a traceback (``gpusizer.cli.main`` also makes it
   immediate for the console script, imports included);
@@ -10,8 +11,8 @@ The exit-code contract (docs/exit-codes.md) is kept here for every input:
   with exit 0; an output that cannot be written (a full disk) is one line;
 * anything unexpected is one line and exit 1, with the traceback under ``--debug``.
 
-Messages never pass terminal control characters through, and a line is cut
-at :data:`MAX_LINE` characters.
+Messages never pass terminal control characters through, and a message (not a
+hint) is cut at :data:`MAX_LINE` characters.
 """
 
 from __future__ import annotations
@@ -174,7 +175,7 @@ def _json_error(message: str, hint: str | None, exit_code: int) -> None:
         "command": _STATE["command"],
         "input": {"arguments": args},
         "error": {"code": code, "exit_code": exit_code, "message": _clean_line(message),
-                  "hint": _clean_line(hint) if hint else None},
+                  "hint": _clean_line(hint, cut=False) if hint else None},
     }
     try:
         emit_json(document)
@@ -221,20 +222,33 @@ def describe(exc: GpusizerError) -> str:
     return f"{option_for(exc.field)}: {exc.message}"
 
 
-def _clean_line(line: str) -> str:
-    """One line: control characters (a newline in a file name included) shown escaped, cut at MAX_LINE."""
+def _clean_line(line: str, cut: bool = True) -> str:
+    """One line: control characters (a newline in a file name included) shown escaped, cut at
+    MAX_LINE (a message may echo a huge bad value) unless ``cut`` is False (a hint, our own words)."""
     from gpusizer.render.common import escape_control
 
     line = escape_control(line.strip("\n").replace("\n", "\\n"))
-    return line if len(line) <= MAX_LINE else f"{line[: MAX_LINE - 3]}..."
+    return line if not cut or len(line) <= MAX_LINE else f"{line[: MAX_LINE - 3]}..."
+
+
+def _stderr_lines(lead: str, text: str) -> str:
+    """``lead`` + ``text`` wrapped to the width of standard error (a terminal's own, COLUMNS, or
+    200 when it is piped), the lines after the first indented under the text: never cut."""
+    import shutil
+
+    from gpusizer.render.common import chosen_width, wrap_note
+
+    width = chosen_width(sys.stderr) or shutil.get_terminal_size((80, 24)).columns
+    return wrap_note(text, width, lead=lead) + "\n"
 
 
 def _print_error(message: str, hint: str | None) -> None:
-    """``Error: <message>`` and ``Hint: <hint>``: one line each, whatever the message holds."""
+    """``Error: <message>`` on one line (a script can match it whole; a path or a bad value in it
+    is not broken), and ``Hint: <hint>`` wrapped to the width of standard error, whatever they hold."""
     try:
         sys.stderr.write(f"Error: {_clean_line(message)}\n")
         if hint:
-            sys.stderr.write(f"Hint: {_clean_line(hint)}\n")
+            sys.stderr.write(_stderr_lines("Hint: ", _clean_line(hint, cut=False)))
         sys.stderr.flush()
     except OSError:
         pass  # stderr is gone too: the exit code is all that is left
@@ -246,7 +260,7 @@ def _print_notes() -> None:
 
     for note in take_notes():
         try:
-            sys.stderr.write(f"Note: {_clean_line(note)}\n")
+            sys.stderr.write(_stderr_lines("Note: ", _clean_line(note)))
         except OSError:
             pass
 

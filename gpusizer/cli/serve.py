@@ -24,6 +24,7 @@ from gpusizer.cli.options import (
     _warn,
     complete_gpu,
     examples,
+    real,
 )
 from gpusizer.cli.root import command_app, guarded
 from gpusizer.cli.run_options import KvCacheOpt, WeightsOpt, precision_help
@@ -49,7 +50,7 @@ ServeTopOpt = Annotated[int, typer.Option(
     "--top", min=1, max=10_000, metavar="N", rich_help_panel=OUTPUT,
     help="Show the first N GPU types: those that serve, fewest GPUs first; --json lists all.")]
 UtilizationOpt = Annotated[float, typer.Option(
-    "--gpu-memory-utilization", min=0.05, max=1.0, metavar="SHARE", rich_help_panel=HARDWARE,
+    "--gpu-memory-utilization", **real(0.05, 1.0), metavar="SHARE", rich_help_panel=HARDWARE,
     help="Share of each GPU's memory the engine may use (vLLM's default 0.9).")]
 
 

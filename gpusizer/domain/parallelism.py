@@ -51,6 +51,7 @@ from typing import Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field
 
 from gpusizer.errors import UsageError
+from gpusizer.units import plural
 
 #: How a run names its parallelism on the command line and in RunConfig.
 Strategy = Literal["ddp", "zero1", "zero2", "zero3", "fsdp", "tp"]
@@ -179,7 +180,7 @@ def _layout(cls: type[Parallelism], strategy: str, gpus: int, *, tp: int | None,
         tp = (min(rest, node_gpus) if node_gpus else rest) if strategy == "tp" else 1
     if rest % tp:
         others = [f"{n} {what}" for n, what in ((pp, "pipeline stages"), (cp, "context-parallel ranks")) if n > 1]
-        left = f"the {rest} GPUs left by {' and '.join(others)}" if others else f"{gpus} GPU{'s' if gpus > 1 else ''}"
+        left = f"the {rest} GPUs left by {' and '.join(others)}" if others else plural(gpus, "GPU")
         raise UsageError(f"{left} do not split into {tp}-way tensor parallelism",
                          hint=f"use a GPU count that is a multiple of {tp * pp * cp}", field="tp")
     dp = rest // tp
@@ -344,6 +345,20 @@ STRATEGY_LABELS: dict[str, str] = {"ddp": "DDP", "zero1": "ZeRO-1", "zero2": "Ze
                                    "fsdp": "FSDP", "tp": "TP"}
 
 
+def idle_sharding_note(strategy: str, par: Parallelism) -> str | None:
+    """A note when ``strategy`` names ZeRO or FSDP sharding that the layout leaves nothing to
+    do: the model-parallel degrees take every GPU, so one data-parallel replica (and no
+    context-parallel rank) holds the whole state, which ZeRO and FSDP shard only across
+    replicas; the run is sized and timed without them (its label leaves them out)."""
+    if ZERO_STAGE.get(strategy, 0) == 0 or par.zero_ranks > 1 or not par.model_parallel:
+        return None
+    degrees = " x ".join(f"{name}={value}" for name, value in (("TP", par.tp), ("PP", par.pp), ("EP", par.ep))
+                         if value > 1)
+    return (f"{STRATEGY_LABELS[strategy]} has nothing to shard with one data-parallel replica ({degrees} take all "
+            f"{par.gpus} GPUs): the run is sized and timed without it; more GPUs would add replicas for it to "
+            "shard over")
+
+
 def strategy_label(strategy: str, mode: str) -> str:
     """``strategy`` in words for a run of ``mode``: a data-parallel strategy serving a model
     holds whole copies ("replicas"); ZeRO, FSDP and DDP are training words."""
@@ -400,4 +415,5 @@ __all__ = [
     "check_offload",
     "shards_weights",
     "strategy_label",
+    "idle_sharding_note",
 ]

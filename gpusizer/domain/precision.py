@@ -275,6 +275,90 @@ WeightFormatName = Literal["gptq-int4-g128", "awq-int4-g128", "mxfp4", "fp8", "g
                            "gguf-q6_k", "gguf-q8_0"]
 
 
+class CheckpointQuantization(BaseModel):
+    """How a published checkpoint stores its weights (a Hugging Face config.json's
+    ``quantization_config``), in this module's terms: one of :data:`WEIGHT_FORMATS`, a
+    weight-only storage precision (bitsandbytes has no published format of its own: its NF4
+    is the ``int4`` precision, LLM.int8() the ``int8`` one), or neither when gpusizer has no
+    term for it (``mapped`` is false: the run is sized at its own precision, and says so)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+
+    #: transformers' name for the method (QuantizationMethod: "fp8", "awq", "gptq", ...)
+    quant_method: str
+    weight_format: WeightFormatName | None = None
+    precision: StoragePrecision | None = None
+    #: the config's own description, for notes ("awq, 4-bit, groups of 128")
+    detail: str
+
+    @property
+    def mapped(self) -> bool:
+        return self.weight_format is not None or self.precision is not None
+
+    @property
+    def label(self) -> str:
+        """What the run is sized as: the weight format, or the precision."""
+        return self.weight_format or self.precision or "unmapped"
+
+
+#: transformers' quant_method names (transformers.utils.quantization_config.QuantizationMethod)
+#: whose checkpoints keep every quantised weight in one of WEIGHT_FORMATS whatever the other keys
+#: say: DeepSeek-V3's "fp8" (E4M3, 128 x 128 blocks with fp32 scales: 0.002 bits a weight more),
+#: FBGEMM's per-channel fp8, and gpt-oss's "mxfp4"
+HF_QUANT_METHOD_FORMATS: dict[str, WeightFormatName] = {"fp8": "fp8", "fbgemm_fp8": "fp8", "mxfp4": "mxfp4"}
+#: methods that say their bits and group size (AutoGPTQ, AutoAWQ): "<method>-int<bits>-g<group>"
+#: names their WEIGHT_FORMATS entry; 8 bits run as the int8 precision
+HF_QUANT_METHODS_WITH_BITS: tuple[str, ...] = ("gptq", "awq")
+
+
+def _int_key(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _integer_format(method: str, bits: int | None, group: int | None) -> tuple[WeightFormatName | None,
+                                                                              StoragePrecision | None]:
+    name = f"{method}-int{bits}-g{group}"
+    if name in WEIGHT_FORMATS:
+        return name, None  # type: ignore[return-value]  # a WeightFormatName: it is a key of WEIGHT_FORMATS
+    return None, "int8" if bits == 8 else None
+
+
+def checkpoint_quantization(config: object) -> CheckpointQuantization | None:
+    """A checkpoint's weight storage from its config.json ``quantization_config`` (None when the
+    config has none). Unknown methods and settings come back unmapped, never guessed."""
+    if not isinstance(config, dict):
+        return None
+    method = str(config.get("quant_method", "")).lower() or "unknown"
+    bits, group = _int_key(config.get("bits")), _int_key(config.get("group_size"))
+    fmt: WeightFormatName | None = HF_QUANT_METHOD_FORMATS.get(method)
+    precision: StoragePrecision | None = None
+    detail = method
+    if method in HF_QUANT_METHODS_WITH_BITS:
+        fmt, precision = _integer_format(method, bits, group)
+        detail = f"{method}, {bits}-bit, groups of {group}"
+    elif method == "bitsandbytes":
+        # transformers' BitsAndBytesConfig: load_in_4bit (NF4 or FP4 blocks of 64) or load_in_8bit (LLM.int8())
+        if config.get("load_in_4bit") is True:
+            precision = "int4"
+            detail = f"bitsandbytes 4-bit {config.get('bnb_4bit_quant_type', 'fp4')}"
+        elif config.get("load_in_8bit") is True:
+            precision, detail = "int8", "bitsandbytes 8-bit"
+    elif method == "compressed-tensors":
+        # llm-compressor: one scheme for every quantised Linear; more than one group is not mapped
+        groups = config.get("config_groups")
+        first = next(iter(groups.values())) if isinstance(groups, dict) and len(groups) == 1 else None
+        weights = first.get("weights") if isinstance(first, dict) else None
+        if isinstance(weights, dict):
+            bits, group, kind = _int_key(weights.get("num_bits")), _int_key(weights.get("group_size")), weights.get("type")
+            detail = f"compressed-tensors, {bits}-bit {kind}" + (f", groups of {group}" if group else "")
+            if kind == "float" and bits == 8:
+                fmt = "fp8"
+            elif kind == "int":
+                # W4A16 packs as GPTQ does (int4, a 16-bit scale per group)
+                fmt, precision = _integer_format("gptq", bits, group)
+    return CheckpointQuantization(quant_method=method, weight_format=fmt, precision=precision, detail=detail)
+
+
 #: The dtypes LoRA adapters are kept in, with their gradients and optimizer state:
 #: fp32 as peft keeps them (autocast_adapter_dtype=True), bf16 as torchtune and LitGPT do.
 AdapterDtype = Literal["fp32", "bf16"]
@@ -362,6 +446,7 @@ def storage_precision(name: str, mode: str) -> StoragePrecision:
 
 __all__ = [
     "ALL_PRECISIONS",
+    "CheckpointQuantization",
     "DEFAULT_PRECISION",
     "PRECISIONS",
     "RULE_PRECISIONS",
@@ -371,6 +456,7 @@ __all__ = [
     "PrecisionName",
     "StoragePrecision",
     "check_mode",
+    "checkpoint_quantization",
     "deepspeed_storage",
     "default_precision",
     "precision_spec",

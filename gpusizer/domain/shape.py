@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from gpusizer.domain.precision import CheckpointQuantization
+
 if TYPE_CHECKING:
     from gpusizer.models.zoo import Model
 
@@ -266,6 +268,9 @@ class ModelShape(BaseModel):
     arch: Arch | None = None
     #: the zoo id (or HF-config id) the shape came from; None for --params
     model_id: str | None = None
+    #: how the checkpoint stores its weights (a Hugging Face config's quantization_config); None:
+    #: unquantised, or not known. Inference runs default to it (gpusizer.api._common.checkpoint_defaults)
+    checkpoint: CheckpointQuantization | None = None
 
     @model_validator(mode="after")
     def _check(self) -> ModelShape:
@@ -338,12 +343,24 @@ def arch_of(model: Model) -> Arch:
 def shape_from_model(model: Model, *, trainable_params: int | None = None) -> ModelShape:
     """The shape of a zoo entry or of a model read from a Hugging Face config."""
     return ModelShape(name=model.name, params=model.params, trainable_params=trainable_params, kind=model.kind,
-                      arch=arch_of(model), model_id=model.id)
+                      arch=arch_of(model), model_id=model.id, checkpoint=model.checkpoint_quantization)
 
 
 def shape_from_params(params: int) -> ModelShape:
     """A model known only by its parameter count: no layer shapes."""
     return ModelShape(name=f"{params:,} parameters", params=params)
+
+
+def beyond_context_note(shape: ModelShape, tokens: int | None, what: str = "sequence length") -> str | None:
+    """A note when ``tokens`` is longer than the model's known context (its config's
+    ``max_position_embeddings``); None when it is not, or the context is unknown. Not an
+    error: RoPE scaling (YaRN, linear or NTK interpolation) runs models past it."""
+    m = shape.transformer
+    if tokens is None or m is None or m.max_seq_len is None or tokens <= m.max_seq_len:
+        return None
+    return (f"a {what} of {tokens:,} tokens is beyond {shape.name}'s context of {m.max_seq_len:,} tokens: it "
+            "needs RoPE scaling or a long-context variant (quality past the context is not modelled); the figures "
+            "assume it runs")
 
 
 __all__ = [
@@ -353,6 +370,7 @@ __all__ = [
     "RnnShape",
     "TransformerShape",
     "arch_of",
+    "beyond_context_note",
     "shape_from_model",
     "shape_from_params",
 ]

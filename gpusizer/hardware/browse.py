@@ -118,6 +118,9 @@ class CompareRow(BaseModel):
     values: tuple[float | int | None, ...]
     #: value / first GPU's value; null where either is unknown or the first is 0
     ratios: tuple[float | None, ...]
+    #: per GPU: the value is an upper bound, not an estimate (a modelled speed without a term the model
+    #: cannot apply to that GPU; the notes say which); empty where no value is
+    upper_bounds: tuple[bool, ...] = ()
 
 
 class Comparison(BaseModel):

@@ -53,7 +53,7 @@ TFlops = Annotated[float, Field(gt=0, le=100_000)]
 
 # defer_build: a model's validator is built on its first validation, not when the
 # class is defined, so a run served from the validated-catalog cache never pays for it.
-_CONFIG = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+_CONFIG = ConfigDict(frozen=True, extra="forbid", defer_build=True, allow_inf_nan=False)
 
 
 class Source(BaseModel):

@@ -18,7 +18,7 @@ from gpusizer import datafiles
 from gpusizer.errors import DataFileError, UsageError
 from gpusizer.hardware.catalog import Source
 
-_FROZEN = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+_FROZEN = ConfigDict(frozen=True, extra="forbid", defer_build=True, allow_inf_nan=False)
 #: how the GPUs of a node reach each other: NVSwitch (every pair at full NVLink speed), a
 #: hybrid cube-mesh of direct NVLinks (DGX-1, AWS P3), NVLink bridges between pairs, or PCIe
 Fabric = Literal["nvswitch", "nvlink-mesh", "nvlink-bridge", "pcie"]

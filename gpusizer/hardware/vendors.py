@@ -26,6 +26,26 @@ SOFTWARE_STACK = {"amd": "ROCm/HIP (PyTorch's ROCm build)",
                   "intel": "the Intel Gaudi software (SynapseAI, PyTorch's HPU backend)"}
 
 
+#: each vendor's GPU-to-GPU fabric inside a node, as its documentation names it (NVIDIA: NVLink;
+#: AMD: Infinity Fabric links, xGMI, between Instinct OAMs; Intel: the RoCE ports on each Gaudi die
+#: that link the accelerators of a box all-to-all)
+GPU_FABRIC = {"nvidia": "NVLink", "amd": "Infinity Fabric (xGMI) link", "intel": "on-die RoCE scale-up link"}
+
+
+def gpu_fabric(gpu: Gpu) -> str | None:
+    """How a multi-GPU node of ``gpu`` links its GPUs: "nvlink", "infinity-fabric", "roce" (Gaudi's
+    on-die ports), "pcie" (none of them), or None where the catalog does not say: an NVIDIA SXM module
+    or superchip without an NVLink figure sits on an NVLink board whose bandwidth is unpublished."""
+    if gpu.nvlink_gb_s is not None:
+        return "nvlink"
+    form = gpu.form_factor.lower()
+    if gpu.vendor == "nvidia" and (gpu.is_sxm or "superchip" in form):
+        return None
+    if form.startswith("oam"):
+        return {"amd": "infinity-fabric", "intel": "roce"}.get(gpu.vendor)
+    return "pcie"
+
+
 def check_vendor(vendor: str) -> str:
     """``vendor`` in lower case, or a usage error naming the choices."""
     v = vendor.lower()

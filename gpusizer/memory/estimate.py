@@ -44,7 +44,7 @@ from gpusizer.domain.shape import (
     shape_from_params,
 )
 from gpusizer.errors import UsageError
-from gpusizer.units import GIB, MIB, format_bytes
+from gpusizer.units import GIB, MIB, format_bytes, plural
 
 #: Optimizer state elements per trainable parameter (Adafactor is counted from
 #: shapes, 8-bit Adam apart; see optimizer_bytes).
@@ -1323,7 +1323,7 @@ def estimate_memory(shape: ModelShape, cfg: RunConfig) -> MemoryBreakdown:
             f"{'es' if cfg.micro_batches > 1 else ''} a step, the gradient accumulation): the {worst_name} stage "
             "needs the most, "
             f"{format_bytes(worst.total_bytes)} against {format_bytes(other.total_bytes)} on the {other_name}; the "
-            f"first holds the embedding and {first_inflight(pp, cfg.micro_batches)} micro-batch(es) of activations, "
+            f"first holds the embedding and {plural(first_inflight(pp, cfg.micro_batches), 'micro-batch', 'micro-batches')} of activations, "
             "the last the output head and the loss")
     return worst.model_copy(update={"notes": (*worst.notes, note)})
 

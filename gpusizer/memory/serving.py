@@ -82,6 +82,10 @@ class ServingCapacity(BaseModel):
     #: KV-cache blocks (vLLM's num_gpu_blocks): each holds BLOCK_TOKENS tokens of one layer
     #: of every KV-cache group
     blocks: int
+    #: bytes of one block (BLOCK_TOKENS tokens of one layer in each KV-cache group)
+    block_bytes: int
+    #: blocks one sequence of ``context_tokens`` may hold (vLLM's admission bound)
+    blocks_per_sequence: int
     #: the KV cache's size in tokens as vLLM logs it ("GPU KV cache size: N tokens"):
     #: blocks / groups x BLOCK_TOKENS
     kv_tokens: int
@@ -92,6 +96,12 @@ class ServingCapacity(BaseModel):
     @property
     def fits(self) -> bool:
         return self.max_concurrency >= 1
+
+    def bytes_for(self, sequences: int) -> int:
+        """Memory one GPU needs to hold ``sequences`` sequences of the context: everything but the
+        KV cache, and their blocks. At most ``budget_bytes`` exactly when ``sequences`` is at most
+        ``max_concurrency``."""
+        return self.budget_bytes - self.kv_budget_bytes + sequences * self.blocks_per_sequence * self.block_bytes
 
 
 def _kv_per_token(m: TransformerShape, cfg: RunConfig, tp: int) -> int:
@@ -178,12 +188,14 @@ def serving_capacity(
     # layer alike that is all of them
     block_bytes = BLOCK_TOKENS * per_token * groups.group_size // layers
     blocks = max(0, kv_budget // block_bytes)
-    concurrency = blocks // blocks_per_request(m, context, max_batched_tokens)
+    per_sequence = blocks_per_request(m, context, max_batched_tokens)
+    concurrency = blocks // per_sequence
     return ServingCapacity(
         tp=tp, context_tokens=context, gpu_memory_bytes=gpu_memory_bytes, utilization=utilization,
         budget_bytes=budget, weights_bytes=mem.weights_bytes, activation_bytes=activations,
         context_bytes=context_bytes, cuda_graph_bytes=cuda_graph_bytes, kv_budget_bytes=kv_budget,
-        kv_bytes_per_token=per_token, blocks=blocks, kv_tokens=blocks // groups.count * BLOCK_TOKENS,
+        kv_bytes_per_token=per_token, blocks=blocks, block_bytes=block_bytes, blocks_per_sequence=per_sequence,
+        kv_tokens=blocks // groups.count * BLOCK_TOKENS,
         max_concurrency=concurrency, kv_cache=cfg.kv_cache,
     )
 

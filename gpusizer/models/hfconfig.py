@@ -102,11 +102,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePath, PurePosixPath, PureWindowsPath
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import ValidationError
 
 from gpusizer import datafiles
+from gpusizer.domain.precision import checkpoint_quantization
 from gpusizer.errors import DataFileError
 from gpusizer.models.zoo import Model
 
@@ -230,6 +231,12 @@ class _Family:
     layer_norms: int = 2
     #: per-head RMSNorm on queries and keys (Qwen3, Gemma 3): head_dim weights each
     qk_norm: bool = False
+    #: how the config class lays out sliding-window layers when config.json has no ``layer_types``
+    #: (:func:`_sliding_window`): "every", each layer attends within ``sliding_window``
+    #: (MistralConfig; vLLM's attention layers take the model's window); an int n, each layer but
+    #: every n-th (Gemma2Config: 2; Gemma3TextConfig: ``sliding_window_pattern``, 6); "qwen", layers
+    #: from ``max_window_layers`` on, only with ``use_sliding_window`` (Qwen2Config); None: no window
+    sliding: Literal["every", "qwen"] | int | None = None
 
 
 #: model types whose config classes soft-cap by default (Gemma2Config: 50.0 and 30.0); a key
@@ -315,7 +322,33 @@ def _llama_like(c: _Config, family: _Family) -> dict[str, Any]:
         "qk_norm": family.qk_norm,
         "attn_softcap": c.doc.get("attn_logit_softcapping", _SOFTCAP_DEFAULTS.get(model_type)) is not None,
         "final_softcap": c.doc.get("final_logit_softcapping", _SOFTCAP_DEFAULTS.get(model_type)) is not None,
+        **_sliding_window(c, family, layers),
     }
+
+
+def _sliding_window(c: _Config, family: _Family, layers: int) -> dict[str, Any]:
+    """``sliding_layers`` and ``sliding_window`` (the zoo's fields) from config.json's
+    ``sliding_window`` and ``layer_types`` (transformers 4.53+ writes the list; older configs
+    follow the config class's default, :attr:`_Family.sliding`). A window at least the model's
+    context changes nothing, and is left out."""
+    window = c.doc.get("sliding_window")
+    if family.sliding is None or not isinstance(window, int) or isinstance(window, bool) or window < 1:
+        return {}
+    types = c.doc.get("layer_types")
+    if isinstance(types, list) and len(types) == layers and all(isinstance(t, str) for t in types):
+        sliding = sum(t == "sliding_attention" for t in types)
+    elif family.sliding == "every":
+        sliding = layers
+    elif family.sliding == "qwen":
+        use = c.get_bool("use_sliding_window", False)
+        sliding = max(0, layers - c.get_int("max_window_layers", layers, minimum=0)) if use else 0
+    else:
+        every = c.get_int("sliding_window_pattern", family.sliding)
+        sliding = layers - layers // every
+    max_pos = c.doc.get("max_position_embeddings")
+    if not sliding or (isinstance(max_pos, int) and window >= max_pos):
+        return {}
+    return {"sliding_layers": sliding, "sliding_window": window}
 
 
 def _qwen3_moe(c: _Config, h: int, layers: int, attn: int, norms: int, embeddings: int) -> tuple[int, dict[str, Any]]:
@@ -619,18 +652,20 @@ _FAMILIES: Mapping[str, _Family] = MappingProxyType({
         _Family("gpt2", "GPT2LMHeadModel", _gpt2),
         _Family("gpt_neox", "GPTNeoXForCausalLM", _gpt_neox),
         _Family("llama", "LlamaForCausalLM", _llama_like, max_positions=2048),
-        _Family("mistral", "MistralForCausalLM", _llama_like, max_positions=4096 * 32),
-        _Family("mixtral", "MixtralForCausalLM", _llama_like, max_positions=4096 * 32),
+        _Family("mistral", "MistralForCausalLM", _llama_like, max_positions=4096 * 32, sliding="every"),
+        _Family("mixtral", "MixtralForCausalLM", _llama_like, max_positions=4096 * 32, sliding="every"),
         _Family("mt5", "MT5ForConditionalGeneration", _t5),
-        _Family("qwen2", "Qwen2ForCausalLM", _llama_like, max_positions=32768),
-        _Family("qwen3", "Qwen3ForCausalLM", _llama_like, max_positions=32768, head_dim=128, qk_norm=True),
-        _Family("qwen3_moe", "Qwen3MoeForCausalLM", _llama_like, max_positions=32768, head_dim=128, qk_norm=True),
+        _Family("qwen2", "Qwen2ForCausalLM", _llama_like, max_positions=32768, sliding="qwen"),
+        _Family("qwen3", "Qwen3ForCausalLM", _llama_like, max_positions=32768, head_dim=128, qk_norm=True,
+                sliding="qwen"),
+        _Family("qwen3_moe", "Qwen3MoeForCausalLM", _llama_like, max_positions=32768, head_dim=128, qk_norm=True,
+                sliding="qwen"),
         _Family("phi3", "Phi3ForCausalLM", _llama_like, max_positions=4096),
         _Family("gemma", "GemmaForCausalLM", _llama_like, max_positions=8192, head_dim=256, tied=True),
         _Family("gemma2", "Gemma2ForCausalLM", _llama_like, max_positions=8192, head_dim=256, tied=True,
-                layer_norms=4),
+                layer_norms=4, sliding=2),
         _Family("gemma3_text", "Gemma3ForCausalLM", _llama_like, max_positions=131072, head_dim=256, tied=True,
-                layer_norms=4, qk_norm=True),
+                layer_norms=4, qk_norm=True, sliding=6),
         _Family("roberta", "RobertaForMaskedLM", _bert_like),
         _Family("t5", "T5ForConditionalGeneration", _t5),
     )
@@ -699,6 +734,7 @@ def model_from_hf_config(doc: object, origin: str) -> Model:
                  "memory (pip install 'gpusizer[torch]')",
         )
     fields = family.build(c, family)
+    fields["checkpoint_quantization"] = checkpoint_quantization(doc.get("quantization_config"))
     model_id, name = _naming(c, model_type)
     fields.update(
         id=model_id,

@@ -16,6 +16,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from gpusizer import datafiles
+from gpusizer.domain.precision import CheckpointQuantization
 from gpusizer.domain.shape import GATED_MLPS, ExpertAdapters, MlpKind
 from gpusizer.errors import DataFileError, UsageError
 from gpusizer.hardware.catalog import Source, normalise
@@ -97,6 +98,8 @@ class Model(BaseModel):
     sliding_window: int | None = Field(default=None, gt=0)
     dense_layers: int | None = Field(default=None, gt=0)
     dense_ffn: int | None = Field(default=None, gt=0)
+    #: a Hugging Face config's quantization_config, read (hfconfig); the zoo's entries are unquantised
+    checkpoint_quantization: CheckpointQuantization | None = None
 
     # CNN / RNN measured figures
     image_size: int | None = Field(default=None, gt=0)

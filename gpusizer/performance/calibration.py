@@ -36,10 +36,14 @@ class Interconnect(BaseModel):
     id: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
     name: str
     scope: Literal["intra", "inter"]
-    kind: Literal["nvlink", "pcie", "infiniband", "roce", "ethernet"]
+    kind: Literal["nvlink", "pcie", "xgmi", "infiniband", "roce", "ethernet"]
     generation: int | None = Field(default=None, ge=1, le=10)
-    #: per GPU (NVLink, PCIe) or per NIC port (networks), decimal GB/s per direction
+    #: per GPU (NVLink, PCIe, a scale-up mesh) or per NIC port (networks), decimal GB/s per direction
     bandwidth_gb_s: float = Field(gt=0, le=100_000)
+    #: a scale-up mesh (OAM baseboards: AMD Infinity Fabric, Intel Gaudi's on-die RoCE ports): the direct
+    #: links of one GPU to its peers, over which bandwidth_gb_s is spread evenly; a ring over n GPUs of
+    #: the board uses n - 1 of them. None: not a mesh
+    peer_links: int | None = Field(default=None, ge=1, le=64)
     #: achievable fraction of bandwidth_gb_s for a NCCL ring (bus bandwidth)
     efficiency: float = Field(gt=0, le=1)
     #: NCCL per-hop latency of a ring step
@@ -87,6 +91,29 @@ class P2pDefault(BaseModel):
                 and (not self.architectures or gpu.architecture in self.architectures))
 
 
+class ScaleUpDefault(BaseModel):
+    """The GPU-to-GPU fabric of a multi-GPU node of a GPU that is neither SXM nor PCIe (OAM modules
+    on a universal baseboard) when no system says: the first rule whose every given field matches
+    applies; ``form_factors`` match the catalog's form_factor exactly."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+
+    vendors: tuple[str, ...] = ()
+    architectures: tuple[str, ...] = ()
+    form_factors: tuple[str, ...] = ()
+    #: an intra-node interconnect id with peer_links (a mesh)
+    link: str
+    #: GPUs on the baseboard the rule describes
+    gpus_per_board: int = Field(ge=2, le=64)
+    reason: str = Field(min_length=3)
+    sources: tuple[Source, ...] = Field(min_length=1)
+
+    def matches(self, gpu: Gpu) -> bool:
+        return ((not self.vendors or gpu.vendor in self.vendors)
+                and (not self.architectures or gpu.architecture in self.architectures)
+                and (not self.form_factors or gpu.form_factor in self.form_factors))
+
+
 class Interconnects(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
@@ -96,13 +123,25 @@ class Interconnects(BaseModel):
     interconnects: tuple[Interconnect, ...]
     pcie_paths: tuple[PciePath, ...] = Field(min_length=3)
     pcie_p2p_defaults: tuple[P2pDefault, ...] = Field(min_length=1)
+    scale_up_defaults: tuple[ScaleUpDefault, ...] = ()
 
     @model_validator(mode="after")
     def _each_path_once(self) -> Interconnects:
         paths = [p.path for p in self.pcie_paths]
         if sorted(paths) != sorted(set(paths)) or len(paths) != 3:
             raise ValueError("pcie_paths: give switch, root-complex and none once each")
+        meshes = {i.id for i in self.interconnects if i.scope == "intra" and i.peer_links}
+        for rule in self.scale_up_defaults:
+            if rule.link not in meshes:
+                raise ValueError(f"scale_up_defaults: {rule.link!r} is not an intra-node interconnect with peer_links")
         return self
+
+    def scale_up(self, gpu: Gpu) -> tuple[Interconnect, ScaleUpDefault] | None:
+        """The scale-up mesh of the first ``scale_up_defaults`` rule matching ``gpu``, and the rule."""
+        for rule in self.scale_up_defaults:
+            if rule.matches(gpu):
+                return self.get(rule.link), rule
+        return None
 
     def pcie_path(self, path: str) -> PciePath:
         return next(p for p in self.pcie_paths if p.path == path)
@@ -127,6 +166,9 @@ class Interconnects(BaseModel):
         return links[-1]
 
     def pcie(self, generation: int | None) -> Interconnect:
+        """The PCIe row of ``generation``; a generation newer than any row gets the newest row. An unknown
+        one (None) gets the oldest row: callers that time a GPU resolve an unknown generation first, by
+        the stated rule of performance.topology.pcie_generation_for, and say so."""
         links = sorted((i for i in self.interconnects if i.kind == "pcie"), key=lambda i: i.generation or 0)
         for link in links:
             if link.generation == generation:

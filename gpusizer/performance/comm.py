@@ -25,7 +25,7 @@ class Link(BaseModel):
     intra_latency_us: float
     inter_latency_us: float
     base_latency_us: float
-    transport: Literal["none", "nvlink", "pcie", "rdma", "tcp"]
+    transport: Literal["none", "nvlink", "scale-up", "pcie", "rdma", "tcp"]
     #: the fraction of the backward pass the collective can hide behind (data/interconnects.yaml pcie_paths)
     overlap: float = 1.0
     notes: tuple[str, ...] = ()
@@ -35,6 +35,14 @@ def _intra_link(gpu: Gpu, gpus: int, topo: Topology, links: Interconnects) -> tu
     """(name, effective per-GPU bus bandwidth GB/s, per-step latency us, transport, overlap) of a ring
     inside a node. NVLink bridges join pairs only: a ring over more than two bridged cards
     crosses PCIe, so PCIe sets its pace."""
+    if topo.fabric == "scale-up" and topo.scale_up is not None:
+        # an all-to-all mesh: a ring over n of the board's GPUs uses n - 1 of each GPU's peer links
+        mesh = links.get(topo.scale_up)
+        peers = mesh.peer_links or 1
+        used = min(max(1, gpus - 1), peers)
+        per_gpu = mesh.bandwidth_gb_s * used / peers
+        return (f"{mesh.name} ({used} of {peers} peer links)", per_gpu * mesh.efficiency, mesh.latency_us,
+                "scale-up", 1.0)
     nvlinked = topo.fabric in ("nvswitch", "nvlink-mesh") or (topo.fabric == "nvlink-bridge" and gpus <= 2)
     if nvlinked:
         if not (topo.nvlink_gb_s or gpu.nvlink):

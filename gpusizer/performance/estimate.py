@@ -62,7 +62,7 @@ from gpusizer.performance.comm import Link, allreduce_time_s, collective_link
 from gpusizer.performance.peak import UNKNOWN_RATE_BAND, default_compute_precision, peak_detail, peak_tflops
 from gpusizer.performance.topology import Topology, node_topology
 from gpusizer.performance.work import GEMV_MAX_BATCH, Work, model_work
-from gpusizer.units import format_bytes
+from gpusizer.units import format_bytes, plural
 
 #: per-layer overheads are given at this clock and scale with 1 / boost clock
 #: (small, latency-bound kernels run at the SM clock)
@@ -81,7 +81,7 @@ DDP_BUCKET_BYTES = 25 * 2**20
 #: (32-bit floating-point add, multiply, multiply-add results per clock per SM).
 FP32_LANES_PER_SM: dict[str, int] = {
     "5.0": 128, "5.2": 128, "5.3": 128, "6.0": 64, "6.1": 128, "6.2": 128, "7.0": 64, "7.2": 64, "7.5": 64,
-    "8.0": 64, "8.6": 128, "8.7": 128, "8.9": 128, "9.0": 128, "10.0": 128, "12.0": 128,
+    "8.0": 64, "8.6": 128, "8.7": 128, "8.9": 128, "9.0": 128, "10.0": 128, "10.3": 128, "12.0": 128,
 }
 
 
@@ -114,6 +114,11 @@ class PerfEstimate(BaseModel):
     #: measurement covers the GPU's class or its Tensor Core rate is unknown (the notes say why)
     error_band: float
     notes: tuple[str, ...] = ()
+    #: the speed is an upper bound rather than an estimate: matrix-vector decode on a GPU whose SM
+    #: count is unknown (or that has no SMs in NVIDIA's sense) runs without the calibrated per-SM cap
+    #: (see upper_bound_reason); the error band is widened too
+    upper_bound: bool = False
+    upper_bound_reason: str | None = None
 
     # details -----------------------------------------------------------
     #: the part of comm_s that the step waits for
@@ -139,7 +144,7 @@ class PerfEstimate(BaseModel):
     memory_efficiency: float = 0.0
     interconnect: str | None = None
     comm_bandwidth_gb_s: float | None = None
-    transport: Literal["none", "nvlink", "pcie", "rdma", "tcp"] = "none"
+    transport: Literal["none", "nvlink", "scale-up", "pcie", "rdma", "tcp"] = "none"
     #: how the GPUs are linked (a system's, or the GPU's defaults); None for one GPU
     topology: Topology | None = None
     phase: str | None = None
@@ -182,6 +187,27 @@ def sm_count(gpu: Gpu) -> int | None:
     return None
 
 
+#: How much wider the error band is when a decode speed is an upper bound (no per-SM cap applied).
+#: On the calibrated GPUs the cap is what binds batch-1 decode: 132 SMs x 12.47 GB/s = 1,647 GB/s
+#: against 86.6% of the HBM stream, 1.8x lower on the H100 SXM (3,350 GB/s) and 2.5x on the H200
+#: (4,800 GB/s), so an uncapped speed may be that much high. A judgement, like
+#: calibration.UNCOVERED_BAND_FACTOR, not a fit.
+UPPER_BOUND_BAND_FACTOR = 2.0
+
+
+def uncapped_decode_reason(gpu: Gpu) -> str:
+    """Why the per-SM matrix-vector cap cannot be applied to ``gpu``, in words."""
+    if gpu.compute_capability and gpu.compute_capability not in FP32_LANES_PER_SM:
+        return f"{gpu.id}'s SM count is unknown (no FP32 lanes per SM known for compute capability {gpu.compute_capability})"
+    if not gpu.compute_capability:
+        from gpusizer.hardware.vendors import VENDOR_NAMES
+
+        who = VENDOR_NAMES.get(gpu.vendor, gpu.vendor)
+        return (f"{gpu.id} is not an NVIDIA GPU with a known compute capability ({who}): its compute units are "
+                "not NVIDIA SMs, and no per-unit decode rate is calibrated for them")
+    return f"{gpu.id}'s SM count is unknown (the catalog has neither cuda_cores nor a boost clock for it)"
+
+
 class StepTime(NamedTuple):
     """One GPU's step before communication."""
 
@@ -198,6 +224,8 @@ class StepTime(NamedTuple):
     selection: Selection
     #: the Tensor Core rate that applies is unknown: the peak is a CUDA-core lower bound
     unknown_rate: bool = False
+    #: why the step is an upper bound (matrix-vector decode without the per-SM cap); None: it is not
+    upper_bound: str | None = None
 
 
 def _step(
@@ -255,10 +283,12 @@ def _step(
         matmul_rate = sms * eff.sm_bandwidth_gb_s * 1e9
         notes = (*notes, f"matrix-vector kernels keep few bytes in flight: the weight stream is capped at {sms} SMs "
                          f"x {eff.sm_bandwidth_gb_s:.1f} GB/s = {matmul_rate / 1e9:,.0f} GB/s (calibrated, Little's law)")
-    elif work.gemv and eff.sm_bandwidth_gb_s > 0 and not sms:
-        notes = (*notes, f"{gpu.id}'s SM count is unknown (no CUDA compute capability, or neither cuda_cores nor a "
-                         "boost clock in the catalog), so the per-SM cap on matrix-vector decode is not applied: this decode estimate "
-                         "may be high")
+    upper = None
+    if work.gemv and eff.sm_bandwidth_gb_s > 0 and not sms:
+        upper = uncapped_decode_reason(gpu)
+        notes = (*notes, f"{upper}, so the per-SM cap on matrix-vector decode (calibrated on NVIDIA GPUs) is not "
+                         f"applied: this decode speed is an upper bound, and its error band is at least "
+                         f"{UPPER_BOUND_BAND_FACTOR:g}x the calibration's")
     matmul_mem_s = work.matmul_bytes / matmul_rate
     clock = REFERENCE_CLOCK_MHZ / gpu.boost_clock_mhz if gpu.boost_clock_mhz else 1.0
     per_layer_us = eff.graph_layer_overhead_us if cuda_graphs else eff.layer_overhead_us
@@ -271,7 +301,7 @@ def _step(
     opt_mem_s = work.optimizer_bytes / byte_rate / work.grad_accumulation
     step = roofline(compute_s, matmul_mem_s + act_mem_s, cal.roofline_exponent) + opt_mem_s + overhead_s
     return StepTime(compute_s, matmul_mem_s + act_mem_s + opt_mem_s, overhead_s, step, peak, label, notes, eff,
-                    selection, unknown_rate)
+                    selection, unknown_rate, upper)
 
 
 def _communication(work: Work, st: StepTime, at: _Layout, links: Interconnects, cal: Calibration,
@@ -287,7 +317,7 @@ def _communication(work: Work, st: StepTime, at: _Layout, links: Interconnects, 
     if par.tp > 1:
         comm = _tensor_parallel(comm, work, at, links)
     if work.offload_bytes > 0:
-        comm = _offload_time(comm, work, at.gpu, links)
+        comm = _offload_time(comm, work, at.gpu, links, at.topology.pcie_generation)
     if par.pp > 1 or par.cp > 1 or par.ep > 1:
         comm = _model_parallel(comm, work, st, at, links, shape, cfg, micro_batches)
     step += comm.exposed_s
@@ -363,9 +393,11 @@ def _step_by_operation(
 
 
 def _error_band(cal: Calibration, st: StepTime) -> float:
-    """The calibration's held-out error, widened for an uncovered GPU class or an unknown rate."""
+    """The calibration's held-out error, widened for an uncovered GPU class or an unknown rate, and
+    for an upper bound (UPPER_BOUND_BAND_FACTOR: matrix-vector decode without the per-SM cap)."""
     band = cal.error_band_for(st.selection)
-    return max(band, UNKNOWN_RATE_BAND) if st.unknown_rate else band
+    band = max(band, UNKNOWN_RATE_BAND) if st.unknown_rate else band
+    return max(band, cal.error_band * UPPER_BOUND_BAND_FACTOR) if st.upper_bound else band
 
 
 class _Layout(BaseModel):
@@ -390,16 +422,17 @@ class _Comm(BaseModel):
     bytes: float = 0.0
     link_label: str | None = None
     link_gb_s: float | None = None
-    transport: Literal["none", "nvlink", "pcie", "rdma", "tcp"] = "none"
+    transport: Literal["none", "nvlink", "scale-up", "pcie", "rdma", "tcp"] = "none"
     notes: tuple[str, ...] = ()
     #: host-memory transfers of offloaded state, on the critical path (not overlapped)
     offload_s: float = 0.0
 
 
-def _offload_time(comm: _Comm, work: Work, gpu: Gpu, links: Interconnects) -> _Comm:
+def _offload_time(comm: _Comm, work: Work, gpu: Gpu, links: Interconnects, topology_pcie: int | None = None) -> _Comm:
     """Offloaded state crosses the GPU's PCIe link each step; counted in full, as the
-    step cannot finish before the weights it needs arrive."""
-    pcie = links.pcie(gpu.pcie_generation)
+    step cannot finish before the weights it needs arrive. ``topology_pcie``: the generation the
+    topology resolved (performance.topology.pcie_generation_for, where the catalog has none)."""
+    pcie = links.pcie(gpu.pcie_generation or topology_pcie)
     seconds = work.offload_bytes / (pcie.bandwidth_gb_s * pcie.efficiency * 1e9)
     note = (f"offload moves {work.offload_bytes / 1e9:,.1f} GB over {pcie.name} each step "
             f"({seconds * 1e3:,.0f} ms, not overlapped); the CPU optimizer step and NVMe reads are not timed")
@@ -510,7 +543,7 @@ def _model_parallel(comm: _Comm, work: Work, st: StepTime, at: _Layout, links: I
         more = 4 * par.pp  # an example count to show, not a model constant (Narayanan et al. 2021 run m >> pp)
         fill = (f"; {more} micro-batches a step (more gradient accumulation, a smaller micro-batch) would cut it to "
                 f"{bubble_fraction(par.pp, more):.0%}") if micro_batches < more else ""
-        schedule = (f"1F1B over {micro_batches} micro-batch(es) a step (the gradient accumulation): the bubble idles "
+        schedule = (f"1F1B over {plural(micro_batches, 'micro-batch', 'micro-batches')} a step (the gradient accumulation): the bubble idles "
                     f"each GPU (pp - 1) / (m + pp - 1) = {idle} of the step (Narayanan et al. 2021){fill}"
                     if cfg.training else
                     f"one batch passes through the stages in turn, each GPU idle {idle} of the time (batches that "
@@ -659,6 +692,7 @@ def estimate_performance(
         throughput_per_s=throughput, throughput_unit=work.unit, step_time_s=step, compute_s=st.compute_s,
         memory_s=st.memory_s, comm_s=comm.comm_s, bound=bound, per_gpu_throughput_per_s=throughput / n_total,
         scaling_efficiency=speedup / n_total, speedup_vs_1gpu=speedup, error_band=_error_band(cal, st),
+        upper_bound=st.upper_bound is not None, upper_bound_reason=st.upper_bound,
         notes=tuple(dict.fromkeys(notes)), comm_exposed_s=comm.exposed_s, overhead_s=st.overhead_s,
         pipeline_bubble_s=bubble, micro_batches=micro_batches,
         gpus_total=n_total, nodes=nodes, samples_per_step=int(round(work.samples_per_step)),

@@ -69,7 +69,8 @@ def default_batch(
         raise NothingFitsError(
             f"{shape.name} does not fit at batch 1 ({cfg.mode}, {prec}, "
             f"{layout_words(cfg.strategy, mem_cfg.gpus, cfg.mode, **cfg.layout_degrees)})",
-            hint=(f"try {sharding_advice(cfg.mode)}, a lower precision, or a given batch"
+            hint=(f"try {'activation checkpointing, ' if cfg.training and not cfg.checkpointing else ''}"
+                  f"{sharding_advice(cfg.mode)}, a lower precision, or a given batch"
                   if not shards_weights(cfg.strategy) else
                   "the weights are sharded already: try activation checkpointing, a shorter sequence or a lower "
                   "precision"),

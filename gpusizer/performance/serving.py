@@ -10,7 +10,7 @@ says so.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -42,6 +42,11 @@ class ServingSpeed(BaseModel):
     aggregate_tokens_s: float
     #: the latency target the concurrency was chosen for, if any
     max_itl_s: float | None = None
+    #: with a latency target: what stopped the search, the target ("latency") or the sequences the
+    #: GPU's memory holds ("memory", the ITL is then below the target)
+    limited_by: Literal["latency", "memory"] | None = None
+    #: with a latency target: sequences of the context memory holds (serve's paged KV cache)
+    memory_concurrency: int | None = None
 
 
 def serving_speed(

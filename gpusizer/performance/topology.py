@@ -29,8 +29,9 @@ from gpusizer.errors import UsageError
 from gpusizer.hardware.catalog import Catalog, Gpu, load_catalog
 from gpusizer.hardware.systems import Nics, System, Systems, load_systems
 from gpusizer.performance.calibration import Interconnects, load_interconnects
+from gpusizer.units import plural
 
-FabricKind = Literal["nvswitch", "nvlink-mesh", "nvlink-bridge", "pcie"]
+FabricKind = Literal["nvswitch", "nvlink-mesh", "nvlink-bridge", "scale-up", "pcie"]
 P2pPath = Literal["switch", "root-complex", "none"]
 
 #: the network a multi-node run of PCIe cards gets when nothing names one
@@ -50,6 +51,8 @@ class Topology(BaseModel):
     nvlink_gb_s: float | None = None
     #: None: the GPU's catalog figure
     pcie_generation: int | None = None
+    #: fabric scale-up: the mesh's interconnect id (data/interconnects.yaml, with peer_links)
+    scale_up: str | None = None
     #: an inter-node interconnect id (data/interconnects.yaml)
     network: str
     nics_per_node: int
@@ -62,7 +65,7 @@ class Topology(BaseModel):
     def describe(self, nodes: int = 2) -> str:
         """One line: fabric, P2P path and, for more than one node, the network."""
         intra = {"nvswitch": "NVSwitch", "nvlink-mesh": "NVLink mesh", "nvlink-bridge": "NVLink-bridged pairs",
-                 "pcie": "PCIe"}[self.fabric]
+                 "scale-up": f"{self.scale_up} all-to-all mesh", "pcie": "PCIe"}[self.fabric]
         if self.fabric in ("pcie", "nvlink-bridge"):
             intra += {"switch": " (P2P through a PCIe switch)", "root-complex": " (P2P through the CPU root complex)",
                       "none": " (no P2P: copies staged in host memory)"}[self.p2p]
@@ -112,6 +115,27 @@ def _reference_system(gpu: Gpu, gpus_per_node: int, systems: Systems, catalog: C
                                    not s.id.startswith("nvidia-dgx"), s.id), default=None)
 
 
+def pcie_generation_for(gpu: Gpu, links: Interconnects, catalog: Catalog | None = None) -> tuple[int, str | None]:
+    """The PCIe generation to time ``gpu``'s PCIe link at, and a note when the catalog does not give it.
+
+    Unknown is never read as the oldest generation. The rule: the generation most of the catalog's
+    GPUs of the same vendor and architecture have (the older one on a tie, as the less favourable
+    of the likely values); with none to go by, the newest generation data/interconnects.yaml times."""
+    if gpu.pcie_generation is not None:
+        return gpu.pcie_generation, None
+    cat = catalog or load_catalog()
+    kin = [g.pcie_generation for g in cat.gpus
+           if g.vendor == gpu.vendor and g.architecture == gpu.architecture and g.pcie_generation is not None]
+    if kin:
+        counts = {n: kin.count(n) for n in set(kin)}
+        gen = min(counts, key=lambda n: (-counts[n], n))
+        return gen, (f"{gpu.id}'s PCIe generation is unknown: timed as PCIe {gen}.0, the generation of "
+                     f"{counts[gen]} of the {len(kin)} {gpu.architecture} GPUs in the catalog that give one")
+    newest = max(i.generation or 0 for i in links.interconnects if i.kind == "pcie")
+    return newest, (f"{gpu.id}'s PCIe generation is unknown and no {gpu.architecture} GPU in the catalog gives one: "
+                    f"timed as PCIe {newest}.0, the newest generation timed")
+
+
 def default_p2p(gpu: Gpu, links: Interconnects) -> tuple[P2pPath, str]:
     """The PCIe P2P path of the first ``pcie_p2p_defaults`` rule matching the GPU, and its reason."""
     for rule in links.pcie_p2p_defaults:
@@ -124,8 +148,8 @@ def system_topology(system: System, gpus_per_node: int, links: Interconnects, ca
                     systems: Systems | None = None) -> Topology:
     """A named system's topology; what it does not publish is filled by the defaults, and said."""
     if gpus_per_node > system.gpus:
-        raise UsageError(f"{system.id} holds {system.gpus} GPU(s), not {gpus_per_node}",
-                         hint=f"use {system.gpus} GPUs per node or fewer, or add nodes", field="gpus")
+        raise UsageError(f"{system.id} holds {plural(system.gpus, 'GPU')}, not {gpus_per_node}",
+                         hint=f"use {plural(system.gpus, 'GPU')} per node or fewer, or add nodes", field="gpus")
     cat = catalog or load_catalog()
     gpu = cat.resolve(system.gpu).gpu
     assumed: list[str] = []
@@ -144,7 +168,11 @@ def system_topology(system: System, gpus_per_node: int, links: Interconnects, ca
         assumed.append(f"{note} for {system.id}: assuming {nics} x {network} per node, the defaults for its GPU")
     elif note:
         assumed.append(note)
-    return Topology(fabric=fabric, p2p=p2p, nvlink_gb_s=intra.nvlink_gb_s, pcie_generation=intra.pcie_generation,
+    pcie_gen = intra.pcie_generation
+    if pcie_gen is None and gpu.pcie_generation is None:
+        pcie_gen, why_pcie = pcie_generation_for(gpu, links, cat)
+        assumed.append(f"{why_pcie} ({system.id} does not publish it either)")
+    return Topology(fabric=fabric, p2p=p2p, nvlink_gb_s=intra.nvlink_gb_s, pcie_generation=pcie_gen,
                     network=network, nics_per_node=nics, system=system.id, origin=f"system {system.id}",
                     assumed=tuple(assumed))
 
@@ -178,13 +206,29 @@ def _default_topology(gpu: Gpu, gpus_per_node: int, nodes: int, links: Interconn
             # the GPU's own NVLink and PCIe figures where the catalog has them, else the system's
             return base.model_copy(update={
                 "system": None, "nvlink_gb_s": None if gpu.nvlink_gb_s else base.nvlink_gb_s,
-                "pcie_generation": None if gpu.pcie_generation else base.pcie_generation,
+                "pcie_generation": None if gpu.pcie_generation else (
+                    base.pcie_generation or pcie_generation_for(gpu, links, cat)[0]),
                 "origin": f"defaults for an {gpu.form_factor} GPU (as {ref.name})",
                 "assumed": (f"{gpu.form_factor} node as in {ref.name}: {base.describe(nodes)}; name a system, "
                             "an interconnect or the NICs per node to change it", *base.assumed,
                             *([larger] if larger else [])),
             })
     p2p, why = default_p2p(gpu, links)
+    pcie_gen, why_pcie = pcie_generation_for(gpu, links, catalog)
+    pcie_notes = [why_pcie] if why_pcie else []
+    mesh = links.scale_up(gpu) if not gpu.is_sxm else None
+    if mesh is not None and (gpus_per_node > 1 or nodes > 1):
+        link, rule = mesh
+        notes = [f"{gpus_per_node} x {gpu.id} on an {rule.gpus_per_board}-GPU {gpu.form_factor} baseboard: {rule.reason} "
+                 f"({link.name}); name a system or an interconnect to change it"]
+        if gpus_per_node > rule.gpus_per_board:
+            notes.append(f"no published board holds {gpus_per_node} of them: timed as one {link.id} mesh")
+        if nodes > 1:
+            notes.append(f"{NO_NETWORK}: assuming 1 InfiniBand HDR port per node (name an interconnect, a system "
+                         "or the NICs per node to change it)")
+        return Topology(fabric="scale-up", scale_up=link.id, p2p=p2p, pcie_generation=pcie_gen,
+                        network=DEFAULT_NETWORK, nics_per_node=1, origin=f"defaults for an {gpu.form_factor} GPU",
+                        assumed=(*notes, *pcie_notes))
     bridged = gpu.nvlink and not gpu.is_sxm and gpus_per_node == 2
     fabric: FabricKind = "nvlink-bridge" if bridged else ("nvswitch" if gpu.is_sxm and gpu.nvlink else "pcie")
     assumed: list[str] = []
@@ -196,8 +240,8 @@ def _default_topology(gpu: Gpu, gpus_per_node: int, nodes: int, links: Interconn
     if nodes > 1:
         assumed.append(f"{NO_NETWORK}: assuming 1 InfiniBand HDR port per node (name an interconnect, a system "
                        "or the NICs per node to change it)")
-    return Topology(fabric=fabric, p2p=p2p, network=DEFAULT_NETWORK, nics_per_node=1,
-                    origin=f"defaults for a {gpu.form_factor} GPU", assumed=tuple(assumed))
+    return Topology(fabric=fabric, p2p=p2p, network=DEFAULT_NETWORK, nics_per_node=1, pcie_generation=pcie_gen,
+                    origin=f"defaults for a {gpu.form_factor} GPU", assumed=(*assumed, *pcie_notes))
 
 
 def _override(topo: Topology, gpu: Gpu, interconnect: str | None, nics_per_node: int | None,
@@ -216,8 +260,11 @@ def _override(topo: Topology, gpu: Gpu, interconnect: str | None, nics_per_node:
                 update["fabric"] = "nvswitch" if (gpu.is_sxm or key == "nvswitch") else "nvlink-bridge"
             if link is not None:
                 update["nvlink_gb_s"] = 2 * link.bandwidth_gb_s
+        elif link is not None and link.scope == "intra" and link.peer_links:
+            update.update(fabric="scale-up", scale_up=link.id)
         elif key == "pcie" or (link is not None and link.kind == "pcie"):
             update["fabric"] = "pcie"
+            update["scale_up"] = None
             if link is not None:
                 update["pcie_generation"] = link.generation
         elif link is not None:

@@ -60,6 +60,8 @@ class Configuration(BaseModel):
     reasons: tuple[str, ...] = ()
     reason_fields: tuple[str, ...] = ()
     advisories: tuple[str, ...] = ()
+    #: the throughput is an upper bound (Speed.upper_bound: decode without the per-SM cap)
+    upper_bound: bool = False
 
 
 class Plan(BaseModel):
@@ -73,3 +75,9 @@ class Plan(BaseModel):
     considered: int
     met: int
     notes: tuple[str, ...] = ()
+    #: when none meets the objective: the configuration that comes nearest (a deadline: the
+    #: fastest; a cost cap: the cheapest job; an hourly budget: the cheapest to rent; a purchase
+    #: budget: the cheapest GPU that qualifies), or None where none was assessed
+    closest: Configuration | None = None
+    #: when none meets the objective: that, and the closest miss, in words (None when some meet it)
+    shortfall: str | None = None

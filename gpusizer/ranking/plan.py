@@ -20,7 +20,7 @@ tensor parallelism, as ``fit-model`` suggests. Pure: no printing, no environment
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from gpusizer.domain.parallelism import NODE_GPUS, sharding_alternative
@@ -32,7 +32,7 @@ from gpusizer.performance.planning import training_seconds
 from gpusizer.ranking.configs import Configuration, Plan, PlanRequest
 from gpusizer.ranking.rules import RuleSet
 from gpusizer.ranking.search import Candidate, GpuResult, RecommendRequest, recommend
-from gpusizer.units import format_count, format_duration
+from gpusizer.units import format_count, format_duration, plural
 
 #: cloud node counts tried: 1, 2, 4, ... up to this
 MAX_NODES = 128
@@ -74,13 +74,17 @@ def plan_purchase(
         if options:
             configs.append(max(options, key=lambda c: c.throughput_per_s))
     configs.sort(key=lambda c: (-c.throughput_per_s, -c.score, c.gpu_id))
-    unit = configs[0].unit if configs else "throughput"
+    closest = None if configs else _cheapest_purchase(candidates, by_id, rules, single, reference, pool)
+    first = configs[0] if configs else closest
+    unit = first.unit if first is not None else "throughput"
     notes = ("GPU prices only (street, else launch): no hosts, power or networking",
              f"as many as the budget buys, {NODE_GPUS} a node (SXM: boards of {NODE_GPUS}); "
              "nodes need RDMA")
+    numbered = _numbered(configs, preq.top)
     return Plan(objective="budget", goal=f"the most {unit} for ${budget:,.0f} of GPUs",
-                configurations=_numbered(configs, preq.top), considered=considered, met=len(configs),
-                notes=notes + tuple(base.notes))
+                configurations=numbered, considered=considered, met=len(configs),
+                notes=notes + upper_bound_notes(numbered) + _base_notes(base.notes), closest=closest,
+                shortfall=None if configs else _shortfall("budget", closest))
 
 
 def plan_cloud(
@@ -105,20 +109,27 @@ def plan_cloud(
     base = recommend(cands, rules, single, reference=reference, pool=pool)
     ok = {r.gpu_id for r in _qualifying(base)}
     configs: list[Configuration] = []
+    misses: list[Configuration] = []
     considered = 0
     for system in priced:
         if system.gpu not in ok:
             continue
-        best, tried = _cloud_choice(system, by_id[system.gpu], rules, req, preq, reference, pool)
+        best, tried, nearest = _cloud_choice(system, by_id[system.gpu], rules, req, preq, reference, pool)
         considered += tried
         if best is not None:
             configs.append(best)
+        elif nearest is not None:
+            misses.append(nearest)
     key = (lambda c: (c.cost_usd or math.inf, c.hours or math.inf)) if preq.objective == "deadline" else (
         lambda c: (c.hours if c.hours is not None else -c.throughput_per_s, c.cost_usd or math.inf))
     configs.sort(key=key)
+    closest = None if configs or not misses else min(misses, key=_MISS_ORDER[preq.objective])
     notes = ("on-demand list prices (dated: gpusizer systems list); no storage or egress",)
-    return Plan(objective=preq.objective, goal=_cloud_goal(preq), configurations=_numbered(configs, preq.top),
-                considered=considered, met=len(configs), notes=notes + tuple(base.notes))
+    numbered = _numbered(configs, preq.top)
+    return Plan(objective=preq.objective, goal=_cloud_goal(preq), configurations=numbered,
+                considered=considered, met=len(configs),
+                notes=notes + upper_bound_notes(numbered) + _base_notes(base.notes), closest=closest,
+                shortfall=None if configs else _shortfall(preq.objective, closest))
 
 
 # --------------------------------------------------------------------------
@@ -170,6 +181,7 @@ def _config(r: GpuResult, gpn: int, nodes: int, strategy: str, system: System | 
         usd_per_hour=(system.price.on_demand_usd_per_hour * nodes
                       if system is not None and system.price and system.price.on_demand_usd_per_hour else None),
         score=r.score, reasons=tuple(c.message for c in top), reason_fields=tuple(c.field for c in top), advisories=tuple(a.message for a in r.advisories),
+        upper_bound=speed.upper_bound,
     )
 
 
@@ -184,37 +196,106 @@ def _hours(cfg: Configuration, preq: PlanRequest) -> float | None:
 def _cloud_choice(
     system: System, gpu: Gpu, rules: RuleSet, req: RecommendRequest, preq: PlanRequest,
     reference: ModelShape | None, pool: Sequence[Gpu] | None,
-) -> tuple[Configuration | None, int]:
-    """The node count of ``system`` that meets the objective best, and how many counts were tried."""
+) -> tuple[Configuration | None, int, Configuration | None]:
+    """The node count of ``system`` that meets the objective best, how many counts were tried,
+    and, when none meets it, the count that comes nearest (:data:`_MISS_ORDER`)."""
     cand = Candidate(gpu=gpu, label=system.id, capacity_bytes=gpu.memory_bytes)
     per_hour = system.price.on_demand_usd_per_hour if system.price else None
     assert per_hour is not None
     chosen: Configuration | None = None
+    misses: list[Configuration] = []
     tried = 0
     nodes = 1
+
+    def assess(nodes: int) -> Configuration | None:
+        cfg = _assess(cand, rules, req, system.gpus, nodes, reference, pool, system)
+        if cfg is None:
+            return None
+        hours = _hours(cfg, preq)
+        return cfg.model_copy(update={"hours": hours, "cost_usd": hours * per_hour * nodes if hours is not None
+                                      else None})
+
     # single-GPU instances are not cluster building blocks: one node each
     while nodes <= (MAX_NODES if system.gpus > 1 else 1):
         if preq.budget_per_hour_usd is not None and per_hour * nodes > preq.budget_per_hour_usd:
+            if nodes == 1:  # not even one node within the hourly budget: the one node is the nearest miss
+                misses += [c for c in (assess(1),) if c is not None]
             break
         tried += 1
-        cfg = _assess(cand, rules, req, system.gpus, nodes, reference, pool, system)
+        cfg = assess(nodes)
         if cfg is not None:
-            hours = _hours(cfg, preq)
-            cost = hours * per_hour * nodes if hours is not None else None
-            cfg = cfg.model_copy(update={"hours": hours, "cost_usd": cost})
+            hours, cost = cfg.hours, cfg.cost_usd
             if preq.objective == "deadline":
                 assert preq.deadline_hours is not None
                 if hours is not None and hours <= preq.deadline_hours:
-                    return cfg, tried
+                    return cfg, tried, None
+                misses.append(cfg)
             elif preq.objective == "max-cost":
                 assert preq.max_cost_usd is not None
                 if cost is not None and cost <= preq.max_cost_usd and (
                         chosen is None or (chosen.hours or math.inf) > (hours or math.inf)):
                     chosen = cfg
+                misses.append(cfg)
             else:
                 chosen = cfg
         nodes *= 2
-    return chosen, tried
+    nearest = None if chosen is not None or not misses else min(misses, key=_MISS_ORDER[preq.objective])
+    return chosen, tried, nearest
+
+
+#: How the configurations that miss an objective are ordered, nearest first: a deadline by the
+#: job's time, a cost cap by the job's cost, an hourly budget by the price an hour, a purchase
+#: budget by the price.
+_MISS_ORDER: dict[str, Callable[[Configuration], tuple[float, ...]]] = {
+    "deadline": lambda c: (c.hours if c.hours is not None else math.inf, c.cost_usd or math.inf),
+    "max-cost": lambda c: (c.cost_usd if c.cost_usd is not None else math.inf, c.hours or math.inf),
+    "budget-per-hour": lambda c: (c.usd_per_hour if c.usd_per_hour is not None else math.inf, -c.throughput_per_s),
+    "budget": lambda c: (c.price_total_usd if c.price_total_usd is not None else math.inf, -c.throughput_per_s),
+}
+
+
+def _cheapest_purchase(
+    candidates: Sequence[Candidate], by_id: dict[str, Candidate], rules: RuleSet, single: RecommendRequest,
+    reference: ModelShape | None, pool: Sequence[Gpu] | None,
+) -> Configuration | None:
+    """The nearest miss of a purchase budget that buys nothing: the cheapest priced GPU that
+    qualifies but for the budget, assessed without the budget as the fewest the plan would buy (one;
+    a board of eight for SXM; a node of eight where fewer do not hold the model)."""
+    free = single.model_copy(update={"budget_usd": None})
+    base = recommend(candidates, rules, free, reference=reference, pool=pool)
+    priced = sorted((r for r in _qualifying(base) if r.price is not None),
+                    key=lambda r: (r.price.usd if r.price is not None else math.inf, r.gpu_id))
+    for res in priced:
+        price = res.price
+        assert price is not None
+        # one (an SXM board of eight), else a node of eight sharded, where one does not hold the model
+        for count in dict.fromkeys((NODE_GPUS if by_id[res.gpu_id].gpu.is_sxm else 1, NODE_GPUS)):
+            cfg = _assess(by_id[res.gpu_id], rules, free, count, 1, reference, pool)
+            if cfg is not None:
+                return cfg.model_copy(update={"price_total_usd": price.usd * count, "price": price})
+    return None
+
+
+def _shortfall(objective: str, closest: Configuration | None) -> str:
+    """That no configuration meets the objective, and the nearest miss with its figure."""
+    if closest is None:
+        return "no configuration assessed meets the objective, and none comes near: no qualifying GPU was timed"
+    gpus = plural(closest.gpus_total, "GPU")
+    speed = f"{closest.throughput_per_s:,.0f} {closest.unit}"
+    if objective == "deadline":
+        when = format_duration(closest.hours * 3600) if closest.hours is not None else "an unknown time"
+        cost = f", ${closest.cost_usd:,.0f}" if closest.cost_usd is not None else ""
+        return f"no configuration meets the deadline; the fastest, {closest.label} ({gpus}), takes {when}{cost}"
+    if objective == "max-cost":
+        cost = f"${closest.cost_usd:,.0f}" if closest.cost_usd is not None else "an unknown cost"
+        when = f" over {format_duration(closest.hours * 3600)}" if closest.hours is not None else ""
+        return f"no configuration stays within the cost cap; the cheapest, {closest.label} ({gpus}), costs {cost}{when}"
+    if objective == "budget-per-hour":
+        rate = f"${closest.usd_per_hour:,.2f}" if closest.usd_per_hour is not None else "an unknown price"
+        return (f"no configuration rents within the hourly budget; the cheapest, {closest.label} ({gpus}), "
+                f"costs {rate} an hour ({speed})")
+    price = f"${closest.price_total_usd:,.0f}" if closest.price_total_usd is not None else "an unknown price"
+    return f"the budget buys no qualifying GPU; the cheapest, {closest.label}, costs {price} ({speed})"
 
 
 def _amount(value: float) -> str:
@@ -236,3 +317,15 @@ def _cloud_goal(preq: PlanRequest) -> str:
 
 def _numbered(configs: Sequence[Configuration], top: int) -> tuple[Configuration, ...]:
     return tuple(c.model_copy(update={"rank": i}) for i, c in enumerate(configs[:top], 1))
+
+
+def _base_notes(notes: Sequence[str]) -> tuple[str, ...]:
+    """The one-GPU ranking's notes a plan repeats; its upper-bound note gives way to the plan's own."""
+    return tuple(n for n in notes if not n.startswith("speed is an upper bound for"))
+
+
+def upper_bound_notes(configs: Sequence[Configuration]) -> tuple[str, ...]:
+    """A note naming the listed configurations whose throughput is an upper bound."""
+    upper = [c.label for c in configs if c.upper_bound]
+    return (f"throughput is an upper bound for {', '.join(upper)}: decode on those GPUs is timed without the per-SM "
+            "cap calibrated on NVIDIA GPUs, so they may place higher than they run",) if upper else ()

@@ -63,9 +63,15 @@ DERIVED_FIELDS: dict[str, str] = {
     "true where a count, a rate or the NVIDIA architecture says so; unknown where nothing does",
     "has_tensor_precision": "the matrix units run the working precision: true where the rate is known or NVIDIA's "
     "architecture has it (BF16 from Ampere, FP8 from Ada), false where it is absent, unknown otherwise",
+    "gpu_fabric": "how a multi-GPU node links its GPUs: nvlink, infinity-fabric (AMD xGMI), roce (Intel Gaudi's "
+    "on-die ports) or pcie; unknown for an NVIDIA SXM module or superchip whose NVLink figure is unpublished",
+    "vendor_fabric": "the vendor's name for its GPU-to-GPU link (NVLink, Infinity Fabric (xGMI) link, on-die RoCE "
+    "scale-up link), for messages",
 }
 #: Derived fields that are true/false rather than numbers.
 DERIVED_BOOLS: frozenset[str] = frozenset({"ecc_capable", "has_tensor_cores", "has_tensor_precision"})
+#: Derived fields that are text.
+DERIVED_TEXTS: frozenset[str] = frozenset({"gpu_fabric", "vendor_fabric"})
 #: Values a message may name besides fields: ``{gpu}``, ``{precision}``, ...
 MESSAGE_CONTEXT: tuple[str, ...] = ("gpu", "gpu_id", "value", "precision", "gpus", "nodes", "total_gpus", "workload")
 #: Ordered text fields: ``>=`` and friends compare by this order.
@@ -101,7 +107,7 @@ def field_kinds() -> Mapping[str, FieldKind]:
         if kind is not None:
             kinds[name] = "ordered" if name in ORDERED_VALUES else kind
     for name in DERIVED_FIELDS:
-        kinds[name] = "bool" if name in DERIVED_BOOLS else "number"
+        kinds[name] = "bool" if name in DERIVED_BOOLS else "text" if name in DERIVED_TEXTS else "number"
     return types.MappingProxyType(kinds)
 
 
@@ -148,7 +154,7 @@ def _check_message(message: str) -> str:
 # --------------------------------------------------------------------------
 # models
 
-_FROZEN = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+_FROZEN = ConfigDict(frozen=True, extra="forbid", defer_build=True, allow_inf_nan=False)
 RuleId = typing.Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_-]*$", max_length=64)]
 
 

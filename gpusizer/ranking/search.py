@@ -59,7 +59,7 @@ from gpusizer.ranking.rules import (
     Test,
     Workload,
 )
-from gpusizer.units import NA, format_bytes, show_bool
+from gpusizer.units import NA, format_bytes, plural, show_bool
 
 DEFAULT_TOP = 10
 
@@ -144,6 +144,9 @@ class RecommendRequest(BaseModel):
     system: str | None = None
     #: total for all GPUs (gpus_per_node x nodes), in US dollars
     budget_usd: float | None = None
+    #: an objective's configurations (ranking.plan) choose the GPU counts: the single GPUs ranked
+    #: here are one each, and a purchase budget is for all the GPUs a configuration buys
+    counts_chosen: bool = False
     #: total board power of all GPUs, in watts
     max_power_w: float | None = None
     require: tuple[str, ...] = ()
@@ -225,6 +228,10 @@ class Speed(BaseModel):
     relative: float | None = None
     #: tokens in one sample of a sequence model (to turn tokens into samples and back); None otherwise
     tokens_per_sample: int | None = None
+    #: the modelled speed is an upper bound, not an estimate (PerfEstimate.upper_bound): a ranking on it
+    #: may put this GPU too high; upper_bound_reason says why
+    upper_bound: bool = False
+    upper_bound_reason: str | None = None
     note: str | None = None
 
 
@@ -428,6 +435,14 @@ def field_value(gpu: Gpu, field: str, precision: str) -> Any:
         return gpu.has_tensor_cores
     if field == "has_tensor_precision":
         return tensor_precision_present(gpu, precision)
+    if field == "gpu_fabric":
+        from gpusizer.hardware.vendors import gpu_fabric
+
+        return gpu_fabric(gpu)
+    if field == "vendor_fabric":
+        from gpusizer.hardware.vendors import GPU_FABRIC
+
+        return GPU_FABRIC.get(gpu.vendor, "GPU-to-GPU link")
     raise KeyError(field)  # pragma: no cover - DERIVED_FIELDS and this function move together
 
 
@@ -522,6 +537,15 @@ def _tf32_in_rules(precision: str) -> bool:
     return precision_spec(precision).tf32_field is None
 
 
+#: The largest budget a question may give, in US dollars (a trillion): far beyond any GPU purchase
+#: (65,536 GPUs, recommend's cap, at $100,000 each is $6.6 billion), yet short enough that every
+#: figure derived from it prints whole, digit for digit, where float64 noise would follow past 1e15.
+MAX_BUDGET_USD = 1e12
+#: The largest power limit, in watts (a gigawatt): 65,536 GPUs at 1,400 W (the GB300's TDP, the
+#: highest in the catalog) draw 92 MW.
+MAX_POWER_W = 1e9
+
+
 def _check_request(req: RecommendRequest, rules: RuleSet) -> tuple[Workload, str]:
     wl = rules.workload(req.workload)
     # adapters train on a frozen 16-bit base (domain.precision.default_precision), not the workload's AMP
@@ -529,12 +553,14 @@ def _check_request(req: RecommendRequest, rules: RuleSet) -> tuple[Workload, str
     precision = req.precision or (default_precision(wl.mode, adapters=True) if adapted else wl.precision)
     if precision not in RULE_PRECISIONS:
         raise UsageError(f"precision {precision!r} is not one of {', '.join(RULE_PRECISIONS)}", field="precision")
-    if req.budget_usd is not None and not (req.budget_usd > 0 and math.isfinite(req.budget_usd)):
-        raise UsageError(f"the budget must be a positive number of US dollars, not {req.budget_usd:g}",
-                         hint="the budget is the total for all GPUs, e.g. 10000", field="budget_usd")
-    if req.max_power_w is not None and not (req.max_power_w > 0 and math.isfinite(req.max_power_w)):
-        raise UsageError(f"the power limit must be a positive number of watts, not {req.max_power_w:g}",
-                         hint="the limit is the total board power of all GPUs, e.g. 1600", field="max_power_w")
+    if req.budget_usd is not None and not (0 < req.budget_usd <= MAX_BUDGET_USD):
+        raise UsageError(f"the budget must be a positive number of US dollars up to {MAX_BUDGET_USD:,.0f}, "
+                         f"not {req.budget_usd:g}", hint="the budget is the total for all GPUs, e.g. 10000",
+                         field="budget_usd")
+    if req.max_power_w is not None and not (0 < req.max_power_w <= MAX_POWER_W):
+        raise UsageError(f"the power limit must be a positive number of watts up to {MAX_POWER_W:,.0f}, "
+                         f"not {req.max_power_w:g}", hint="the limit is the total board power of all GPUs, e.g. 1600",
+                         field="max_power_w")
     if req.gpus_per_node < 1:
         raise UsageError("the number of GPUs per node must be at least 1", field="gpus_per_node")
     if req.nodes < 1:
@@ -678,7 +704,8 @@ def recommend(
         beyond_top=tuple(beyond), qualified=len(qualified), price_basis=_price_basis(qualified, req.sort),
         excluded=excluded,
         sharded_options=_sharded_options(results, req, run.mem_cfg) if req.shape is not None else (),
-        notes=(*_notes(run, fit_notes), *vendor_notes([by_label[r.label].gpu for r in ranked])),
+        notes=(*_notes(run, fit_notes), *_upper_bound_notes(ranked),
+               *vendor_notes([by_label[r.label].gpu for r in ranked])),
         why_not=tuple(_why_not(gpu_id, asked, [*ranked, *beyond], excluded, pool or [c.gpu for c in candidates], req)
                       for gpu_id, asked in req.why_not),
     )
@@ -954,7 +981,7 @@ def _constraints_applied(run: _Run, memory_needed: int | None) -> tuple[str, ...
     """One line per constraint, requirement and limit the run was checked against."""
     req, cfg = run.req, run.mem_cfg
     total = req.total_gpus
-    gpus = f"{total} GPU{'s' if total > 1 else ''}"
+    gpus = plural(total, "GPU")
     applied = [f"{c.id}: {c.test.describe()}" for c in run.constraints]
     applied += [f"requirement {n}: {r.test.describe()}" for n, r in run.requirements.items()]
     if req.segments:
@@ -962,7 +989,9 @@ def _constraints_applied(run: _Run, memory_needed: int | None) -> tuple[str, ...
     if req.vendor != DEFAULT_VENDOR:  # the default, NVIDIA only, is not listed
         applied.append(f"vendor {req.vendor}")
     if req.budget_usd is not None:
-        applied.append(f"budget ${req.budget_usd:,.0f} for {gpus} (street prices, else launch prices)")
+        applied.append(f"budget ${req.budget_usd:,.0f} for all the GPUs a configuration buys (1 GPU in the "
+                       "ranking; street prices, else launch prices)" if req.counts_chosen else
+                       f"budget ${req.budget_usd:,.0f} for {gpus} (street prices, else launch prices)")
     if req.max_power_w is not None:
         applied.append(f"power limit {req.max_power_w:,.0f} W for {gpus}")
     if req.shape is not None and memory_needed is not None:
@@ -981,6 +1010,17 @@ def _price_basis(qualified: Sequence[GpuResult], sort: str) -> str:
         "their value is unknown, never free" + ("; sorting by value lists them last" if sort == "value" else "")
         if unpriced else f"all {len(qualified)} qualifying GPUs have one"
     )
+
+
+def _upper_bound_notes(ranked: Sequence[GpuResult]) -> tuple[str, ...]:
+    """One note naming the listed GPUs whose speed is an upper bound, and what that does to the order."""
+    upper = [r for r in ranked if r.speed is not None and r.speed.upper_bound]
+    if not upper:
+        return ()
+    return (f"speed is an upper bound for {', '.join(r.label for r in upper)}: matrix-vector decode on them is "
+            "timed without the per-SM cap calibrated on NVIDIA GPUs (their SM count is unknown, or they have no "
+            "SMs in NVIDIA's sense), so they may rank higher than they run; their error band is widened "
+            "(estimate --gpu ID says why)",)
 
 
 def _notes(run: _Run, fit_notes: Sequence[str]) -> tuple[str, ...]:
@@ -1145,5 +1185,6 @@ def _speed(
         per_gpu_throughput_per_s=est.per_gpu_throughput_per_s, batch=batch, bound=est.bound,
         scaling_efficiency=est.scaling_efficiency, error_band=est.error_band,
         transport=est.transport, tokens_per_sample=est.tokens_per_sample,
+        upper_bound=est.upper_bound, upper_bound_reason=est.upper_bound_reason,
         note="; ".join(est.notes) or None,
     )

@@ -180,6 +180,8 @@ def _comparison_part(comparison: Comparison, cols: list[int], stacked: bool,
         cells = []
         for i in cols:
             text = fmt(row.values[i])
+            if row.upper_bounds and row.upper_bounds[i] and row.values[i] is not None:
+                text = f"<= {text}"  # an upper bound (the notes say why)
             if i > 0 and row.ratios[i] is not None:
                 text += ("\n" if stacked else " ") + f"({fmt_ratio(row.ratios[i])})"
             cells.append(text)

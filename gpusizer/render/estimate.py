@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpusizer.domain.parallelism import degree_words
 from gpusizer.render.common import Bar, fit_table, fmt
-from gpusizer.units import format_bytes, format_count, format_duration
+from gpusizer.units import format_bytes, format_count, format_duration, plural
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -65,11 +65,13 @@ def summary_table(est: PerfEstimate, gpu: Gpu, inputs: Mapping[str, Any], batch_
     table.add_column("what", style="bold")
     table.add_column("value")
     band = f" (error band {est.error_band:.0%}{_miss_share(held_out_within)}; docs/accuracy.md)"
-    table.add_row("throughput", _rate(est.throughput_per_s, est.throughput_unit) + band)
+    bound = "at most " if est.upper_bound else ""  # an upper bound: the notes say why
+    table.add_row("throughput", bound + _rate(est.throughput_per_s, est.throughput_unit) + band)
     if n > 1:
         table.add_row("per GPU", _rate(est.per_gpu_throughput_per_s, est.throughput_unit))
-    table.add_row("step time", f"{_seconds(est.step_time_s)} per step of {format_count(est.samples_per_step)} "
-                  f"{'tokens' if est.throughput_unit == 'tokens/s' else 'samples'} per replica")
+    word = "token" if est.throughput_unit == "tokens/s" else "sample"
+    table.add_row("step time", f"{_seconds(est.step_time_s)} per step of "
+                  f"{plural(est.samples_per_step, word, shown=format_count(est.samples_per_step))} per replica")
     table.add_row("batch per GPU", f"{inputs['batch']} ({batch_note})")
     if inputs.get("seq_len") or inputs.get("image_size"):
         table.add_row("input", f"{inputs['seq_len']:,} tokens per sequence" if inputs.get("seq_len")
@@ -155,11 +157,14 @@ def scaling_table(points: Sequence[ScalingPoint], unit: str, width: int | None =
     return table if width is None else fit_table(table, width)
 
 
-def training_table(tt: TrainingTime) -> Table:
+def training_table(tt: TrainingTime, mode: str = "train") -> Table:
+    """The job's wall time, GPU-hours and cost: "Time to train", or for an inference run (which
+    trains nothing) "Time to process" the same work."""
     from rich import box
     from rich.table import Table
 
-    table = Table(title="Time to train", title_justify="left", box=box.SIMPLE_HEAD, show_header=False)
+    title = "Time to train" if mode == "train" else "Time to process"
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_header=False)
     table.add_column("what", style="bold")
     table.add_column("value")
     table.add_row("work", f"{format_count(tt.work_amount)} {tt.work_unit}")
@@ -177,8 +182,10 @@ def serving_table(s: ServingSpeed) -> Table:
     from rich import box
     from rich.table import Table
 
-    title = f"Serving {s.concurrency:,} sequences of {s.context_tokens:,} tokens"
-    if s.max_itl_s is not None:
+    title = f"Serving {plural(s.concurrency, 'sequence')} of {s.context_tokens:,} tokens"
+    if s.max_itl_s is not None and s.limited_by == "memory":
+        title += f" (the most memory holds; within {s.max_itl_s * 1e3:g} ms a token)"
+    elif s.max_itl_s is not None:
         title += f" (the most within {s.max_itl_s * 1e3:g} ms a token)"
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_header=False)
     table.add_column("what", style="bold")
@@ -207,7 +214,7 @@ def estimate_renderables(result: EstimateResult, width: int | None = None, *,
     if res.serving is not None:
         parts.append(serving_table(res.serving))
     if res.time_to_train is not None:
-        parts.append(training_table(res.time_to_train))
+        parts.append(training_table(res.time_to_train, result.input["mode"]))
     elif res.cluster_cost_per_hour_usd is not None:
-        parts.append(Text(f"Cost: ${res.cluster_cost_per_hour_usd:,.2f} per hour for {est.gpus_total} GPU(s)"))
+        parts.append(Text(f"Cost: ${res.cluster_cost_per_hour_usd:,.2f} per hour for {plural(est.gpus_total, 'GPU')}"))
     return parts

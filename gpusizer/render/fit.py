@@ -48,10 +48,12 @@ def run_words(inputs: Mapping[str, Any]) -> str:
     return ", ".join(words)
 
 
-def breakdown_table(report: FitReport, width: int | None = None, inputs: Mapping[str, Any] | None = None) -> Table:
+def breakdown_table(report: FitReport, width: int | None = None, inputs: Mapping[str, Any] | None = None,
+                    gpus_per_node: int = 1) -> Table:
     """Where the memory goes, component by component, with a bar each; ``width``: fit that many
     columns (the bars shrink, then the GiB column goes; exact bytes stay). ``inputs`` (the JSON
-    ``input``): say under the title how the run was read."""
+    ``input``): say under the title how the run was read. ``gpus_per_node``: offloaded state is
+    shown for a node of that many GPUs too (the host memory to buy)."""
     from rich.table import Table
 
     b = report.breakdown
@@ -71,24 +73,30 @@ def breakdown_table(report: FitReport, width: int | None = None, inputs: Mapping
         value = getattr(b, field)
         if value == 0 and field in ("kv_cache_bytes", "transient_bytes", "gradients_bytes", "optimizer_bytes"):
             continue
+        if field == "activations_bytes" and not b.activations_modelled:
+            table.add_row(label, "not modelled", "", "", "")  # (unknown, not zero; JSON: activations_modelled)
+            continue
         share = value / summed if summed else 0
         table.add_row(label, f"{value:,}", f"{value / 2**30:.2f}", f"{share:.0%}", Bar(share))
     table.add_row("peak total", f"{b.total_bytes:,}", f"{b.total_bytes / 2**30:.2f}", "", "", style="bold")
+    # the peak is below the rows' sum only where some rows are not live at once
+    less = b.total_bytes < summed
     captions = {
-        "backward": "Peak at the start of backward: all activations saved, gradients not yet written "
-                    "(so the peak is less than the sum of the rows).",
-        "optimizer": "Peak at the optimizer step: all gradients written, activations already freed "
-                     "(so the peak is less than the sum of the rows).",
+        "backward": "Peak at the start of backward: all activations saved, gradients not yet written"
+                    + (" (so the peak is less than the sum of the rows)." if less else "."),
+        "optimizer": "Peak at the optimizer step: all gradients written, activations already freed"
+                     + (" (so the peak is less than the sum of the rows)." if less else "."),
         "inference": "Inference: weights, KV cache and one pass's working activations.",
         "backward-end": "Peak at the end of backward: every gradient written, activations freed, and a tied "
                         "embedding's two gradients summed out of place (the transient row).",
-        "forward": "Peak in the forward pass (traced): the tensors live then, so the peak is less than the sum "
-                   "of the rows.",
+        "forward": "Peak in the forward pass (traced): the tensors live then"
+                   + (", so the peak is less than the sum of the rows." if less else "."),
     }
     table.caption = captions[b.peak_phase]
     for where, held in (("host memory", b.cpu_bytes), ("NVMe", b.nvme_bytes)):
         if held:
-            table.caption += f" Offloaded to {where}: {format_bytes(held)} per GPU."
+            node = f", {format_bytes(held * gpus_per_node)} per node of {gpus_per_node} GPUs" if gpus_per_node > 1 else ""
+            table.caption += f" Offloaded to {where}: {format_bytes(held)} per GPU{node}."
     table.caption_justify = "left"
     return table if width is None else fit_table(table, width, drop=("GiB", "share"))
 

@@ -12,13 +12,13 @@ from typing import TYPE_CHECKING
 
 from gpusizer.domain.parallelism import NODE_GPUS, within_node
 from gpusizer.render.common import NA, bar, columns, fmt, show_bool, show_value, wrap_note
-from gpusizer.units import format_bytes, format_count, format_duration
+from gpusizer.units import format_bytes, format_count, format_duration, plural
 
 if TYPE_CHECKING:
     from rich.table import Table
     from rich.text import Text
 
-    from gpusizer.ranking.configs import Plan
+    from gpusizer.ranking.configs import Configuration, Plan
     from gpusizer.ranking.search import GpuResult, Recommendation
 
 #: Column labels for key-spec fields; {p} is the working precision.
@@ -65,9 +65,11 @@ def field_label(field: str, precision: str) -> str:
 
 def header_lines(rec: Recommendation, rules_files: tuple[str, ...] = ()) -> list[tuple[str, str]]:
     gpus = rec.gpus_per_node * rec.nodes
-    cluster = f"{gpus} GPU{'s' if gpus > 1 else ''}"
+    cluster = plural(gpus, "GPU")
     if rec.nodes > 1 or rec.gpus_per_node > 1:
-        cluster += f" ({rec.nodes} node{'s' if rec.nodes > 1 else ''} x {rec.gpus_per_node} per node)"
+        cluster += f" ({plural(rec.nodes, 'node')} x {rec.gpus_per_node} per node)"
+    if rec.plan is not None:  # (the optimizer chose each configuration's count; the ranking is of single GPUs)
+        cluster += " in the ranking (the plan chooses its counts)"
     words = ("the frozen base in this precision, the adapters and their optimizer state in fp32 (peft with "
              "Trainer(bf16=True))" if rec.precision_from == "adapter default" else precision_words(rec.precision, rec.tf32, rec.mode))
     read = f"precision {rec.precision} ({rec.precision_from}): {words}"
@@ -180,6 +182,8 @@ def _cautions(r: GpuResult) -> list[str]:
         out.append(f"  ! {r.outclassed_by} is at least as fast for no more money")
     if r.speed is not None and r.speed.note and r.speed.throughput_per_s is None:
         out.append(f"  ! speed: {r.speed.note}")
+    if r.speed is not None and r.speed.upper_bound and r.speed.throughput_per_s is not None:
+        out.append("  ! speed is an upper bound (decode timed without the per-SM cap)")
     return out
 
 
@@ -280,7 +284,7 @@ def exclusion_summary(rec: Recommendation, width: int | None = None, most: int =
     out = []
     for (rule, _), hits in sorted(groups.items(), key=lambda kv: -len(kv[1]))[:most]:
         label, message = hits[-1]  # (the list runs from the weakest GPU to the strongest)
-        line = f"{len(hits)} GPU{'s' if len(hits) > 1 else ''}, e.g. {label}: {message}"
+        line = f"{plural(len(hits), 'GPU')}, e.g. {label}: {message}"
         out.append(wrap_note(line, width, lead=f"  [{rule}] ") if width else f"  [{rule}] {line}")
     return out
 
@@ -299,7 +303,7 @@ def next_steps(rec: Recommendation, most: int = 3) -> list[str]:
         if len(rules) == 1 and r.excluded_by[0].kind != "fit":
             alone[r.excluded_by[0].rule] = alone.get(r.excluded_by[0].rule, 0) + 1
     for rule, n in sorted(alone.items(), key=lambda kv: -kv[1]):
-        out.append(f"  relax the {rule} constraint: {n} GPU{'s' if n > 1 else ''} fail only it")
+        out.append(f"  relax the {rule} constraint: {plural(n, 'GPU')} fail{'s' if n == 1 else ''} only it")
     return out[:most]
 
 
@@ -307,24 +311,28 @@ def _hours_cell(hours: float | None) -> str:
     return format_duration(hours * 3600, short=True) if hours is not None else NA
 
 
-def plan_text(plan: Plan) -> str:
-    """The configurations, best first by the objective, with one line of reasons under each."""
+def plan_text(plan: Plan, configurations: Sequence[Configuration] | None = None) -> str:
+    """The configurations, best first by the objective, with one line of reasons under each;
+    ``configurations``: these instead of the plan's (its closest miss, numbered "-")."""
     cloud = plan.objective != "budget"
-    unit = next((UNIT_SHORT.get(c.unit, c.unit) for c in plan.configurations), "speed")
+    shown = plan.configurations if configurations is None else configurations
+    unit = next((UNIT_SHORT.get(c.unit, c.unit) for c in shown), "speed")
     headers = ["#", "configuration", "GPUs", unit, "eff.", *(["$/h", "time", "cost"] if cloud else ["price"])]
     numeric = [True, False, True, True, True, *([True] * (3 if cloud else 1))]
     rows = []
-    for c in plan.configurations:
+    for c in shown:
         money = ([fmt(c.usd_per_hour), _hours_cell(c.hours), f"${c.cost_usd:,.0f}" if c.cost_usd is not None else NA]
                  if cloud else [f"${c.price_total_usd:,.0f}" if c.price_total_usd is not None else NA])
         eff = f"{c.scaling_efficiency:.0%}" if c.scaling_efficiency is not None else NA
-        rows.append([str(c.rank), c.label, str(c.gpus_total), f"{c.throughput_per_s:,.0f}", eff, *money])
+        rows.append([str(c.rank or "-"), c.label, str(c.gpus_total), f"{c.throughput_per_s:,.0f}", eff, *money])
     _, head, lines = columns(headers, rows, numeric, None)
     out = [head, "-" * len(head)]
-    for c, line in zip(plan.configurations, lines, strict=True):
+    for c, line in zip(shown, lines, strict=True):
         out.append(line)
         why = f"{c.strategy}, score {c.score:.0f}/100" + (f": {', '.join(c.reason_fields)}" if c.reason_fields else "")
         out.append("    " + why)
+        if c.upper_bound:
+            out.append("      ! throughput is an upper bound (decode without the per-SM cap)")
     return "\n".join(out)
 
 
@@ -334,12 +342,15 @@ def verdict(rec: Recommendation) -> str:
         config = rec.plan.configurations[0]
         unit = UNIT_SHORT.get(config.unit, config.unit)
         return f"{config.label} is the best configuration for {rec.plan.goal} ({fmt(config.throughput_per_s)} {unit})."
+    if rec.plan is not None and rec.plan.shortfall:  # (a plan that nothing meets: the ranking is no answer)
+        return rec.plan.shortfall[0].upper() + rec.plan.shortfall[1:] + "."
     if not rec.ranked:
         return f"No GPU qualifies: all {len(rec.excluded)} candidates were excluded."
     top = rec.ranked[0]
     words = f"{top.label} ranks first of {rec.qualified} qualifying GPUs by {rec.sort}"
     if top.speed is not None and top.speed.throughput_per_s is not None:
-        words += f" ({fmt(float(top.speed.throughput_per_s))} {UNIT_SHORT.get(top.speed.unit, top.speed.unit)})"
+        bound = ", an upper bound" if top.speed.upper_bound else ""
+        words += f" ({fmt(float(top.speed.throughput_per_s))} {UNIT_SHORT.get(top.speed.unit, top.speed.unit)}{bound})"
     priced = [r for r in rec.ranked if r.value_per_kusd is not None]
     if priced:
         best = max(priced, key=lambda r: r.value_per_kusd or 0.0)
@@ -379,10 +390,16 @@ def recommend_renderables(
         parts.append(Text(""))
     if rec.plan is not None:
         plan = rec.plan
-        title = f"Configurations for {plan.goal} ({len(plan.configurations)} of {plan.met}, {plan.considered} assessed)"
-        parts.append(Text(title, style="bold"))
-        parts.append(Text(plan_text(plan), no_wrap=True, overflow="ignore") if plan.configurations
-                     else Text("None meets the objective."))
+        counts = (f"{len(plan.configurations)} of {plan.met}, {plan.considered} assessed" if plan.met
+                  else f"none of {plan.considered} assessed meets it" if plan.considered
+                  else "none is within it to assess")
+        parts.append(Text(f"Configurations for {plan.goal} ({counts})", style="bold"))
+        if plan.configurations:
+            parts.append(Text(plan_text(plan), no_wrap=True, overflow="ignore"))
+        elif plan.closest is not None:
+            parts += [Text("The nearest miss:"), Text(plan_text(plan, [plan.closest]), no_wrap=True, overflow="ignore")]
+        else:
+            parts.append(Text("None meets the objective."))
         parts += [Text(f"  {note}") for note in plan.notes[:2]]
         parts.append(Text(""))
     if rec.ranked:

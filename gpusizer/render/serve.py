@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from gpusizer.render.common import NA, fit_table
-from gpusizer.units import format_bytes
+from gpusizer.units import format_bytes, plural
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -26,7 +26,7 @@ def serve_table(res: ServeResults, width: int | None = None, top: int | None = N
     many columns; ``top``: show that many rows (``shown_rows``)."""
     from rich.table import Table
 
-    want = f"{res.users} sequences" if res.users else "one sequence"
+    want = plural(res.users, "sequence") if res.users else "one sequence"
     table = Table(title=f"Serving {res.model}: {want} of {res.context_tokens:,} tokens", title_justify="left")
     for col in ("GPU", "memory", "GPUs (TP)", "sequences", "weights/GPU", "KV cache/GPU"):
         table.add_column(col, justify="left" if col == "GPU" else "right", no_wrap=col == "GPU")
@@ -49,7 +49,7 @@ def left_out_line(res: ServeResults, top: int | None) -> str | None:
         return None
     serving = sum(r.gpus is not None for r in rest)
     others = len(rest) - serving
-    parts = ([f"{serving} more GPU type{'s' if serving != 1 else ''} that serve{'s' if serving == 1 else ''}"]
+    parts = ([f"{plural(serving, 'more GPU type')} that serve{'s' if serving == 1 else ''}"]
              if serving else []) + ([f"{others} that do{'es' if others == 1 else ''} not"] if others else [])
     return f"Not shown: {' and '.join(parts)} (--top {len(res.rows)} or --json lists them)."
 
@@ -61,5 +61,5 @@ def serve_verdict(res: ServeResults) -> str:
                 "context, an fp8 KV cache or quantised weights)")
     best = min(fitting, key=lambda r: (r.gpus or 0, -r.max_concurrency))
     tp = f" at TP={best.gpus}" if (best.gpus or 1) > 1 else ""
-    return (f"Verdict: {best.gpus} x {best.gpu_id}{tp} holds {best.max_concurrency:,} sequences of "
+    return (f"Verdict: {best.gpus} x {best.gpu_id}{tp} holds {plural(best.max_concurrency, 'sequence')} of "
             f"{res.context_tokens:,} tokens; serves on {len(fitting)} of {len(res.rows)} GPU types")
