@@ -280,3 +280,27 @@ def test_sliding_layers_need_a_window():
     with pytest.raises(ValueError, match="sliding_window"):
         TransformerShape(kind="decoder", layers=4, hidden=64, heads=4, n_kv_heads=4, attention_head_dim=16,
                          ffn=256, vocab=100, sliding_layers=2)
+
+
+def test_deepspeed_offloads_weights_and_swaps_to_nvme_only_under_zero3(cli):
+    """DeepSpeed's offload_param is a ZeRO-3 option, and its NVMe swappers live in stage3.py
+    (ZeRO-Infinity): ZeRO-1/2 keep offloaded state in host memory. So a ddp run that offloads the
+    optimizer to NVMe runs on ZeRO-3, and ZeRO-2 refuses weights or NVMe."""
+    base = ("fit-model", "--model", "llama-2-7b", "--gpu", "h100-sxm5-80gb", "--checkpointing")
+    nvme = json.loads(cli(*base, "--offload", "optimizer", "--offload-to", "nvme", "--json").stdout)
+    assert nvme["input"]["strategy"] == "zero3" and nvme["results"]["breakdown"]["nvme_bytes"] > 0
+    for extra, field in ((("--offload", "optimizer", "--offload-to", "nvme"), "--offload-to"),
+                         (("--offload", "params"), "--offload"), (("--offload", "all"), "--offload")):
+        result = cli(*base, "--strategy", "zero2", *extra, "--json")
+        assert result.exit_code == ExitCode.USAGE, extra
+        assert json.loads(result.stdout)["error"]["message"].startswith(f"{field}: DeepSpeed"), extra
+
+
+def test_recommend_sizes_an_offloading_run_as_zero_offload_and_shards_it_with_zero3(cli_json):
+    """recommend echoes the stage an offloading run takes, and a plan that must shard it falls back
+    to ZeRO-3 (FSDP cannot offload the optimizer alone)."""
+    doc = cli_json("recommend", "--workload", "llm-train", "--params", "100B", "--offload", "optimizer",
+                   "--budget", "1000000", "--top", "3")
+    assert doc["input"]["strategy"] == "zero2"
+    configs = doc["results"]["plan"]["configurations"]
+    assert configs and {c["strategy"] for c in configs} <= {"zero2", "zero3"}

@@ -79,7 +79,7 @@ def test_offload_shows_the_host_memory_a_node_needs(cli, cli_json):
 
 def test_offload_per_node_follows_the_systems_node_and_nvme(cli_json):
     res = cli_json("fit-model", "--model", "llama-2-7b", "--offload", "optimizer", "--offload-to", "nvme",
-                   "--strategy", "zero2", "--system", "dgx-h100", "--gpus", "16")["results"]
+                   "--strategy", "zero3", "--system", "dgx-h100", "--gpus", "16")["results"]
     assert res["gpus_per_node"] == 8  # 16 GPUs on nodes of 8
     assert res["breakdown"]["nvme_bytes"] > 0 and res["breakdown"]["cpu_bytes"] == 0
     assert res["nvme_bytes_per_node"] == 8 * res["breakdown"]["nvme_bytes"] and res["cpu_bytes_per_node"] == 0

@@ -910,8 +910,8 @@ def test_sharded_options_respect_budget_nodes_and_the_given_strategy(cli_json):
 def test_flash_attention_reaches_the_memory_fit_and_the_speed_column(cli_json):
     """Llama 2 7B at 8,192 tokens under FSDP on 8 GPUs: eager attention keeps 32 heads x
     8,192^2 scores per layer and fits nowhere (exit 4); with fused attention (the default, and
-    the old --flash-attention) the 141 GB H200 qualifies (88 GiB a GPU: autocast's full-size 16-bit
-    weight copies included), and its speed is exactly what 'gpusizer estimate' says for that run."""
+    the old --flash-attention) the 80 GB H100 qualifies, and its speed is exactly what
+    'gpusizer estimate' says for that run."""
     args = ("recommend", "--workload", "llm-train", "--model", "llama-2-7b", "--seq-len", "8192", "--batch", "1",
             "--gpus", "8", "--strategy", "fsdp", "--top", "50")
     eager = cli_json(*args, "--attention", "eager", code=4)
@@ -920,10 +920,10 @@ def test_flash_attention_reaches_the_memory_fit_and_the_speed_column(cli_json):
     assert eager["input"]["flash_attention"] is False and flash["input"]["flash_attention"] is True
     assert eager["results"]["ranked"] == []
     ranked = {g["gpu_id"]: g for g in flash["results"]["ranked"]}
-    assert "h200-sxm-141gb" in ranked
-    est = cli_json("estimate", "--model", "llama-2-7b", "--gpu", "h200-sxm-141gb", "--gpus", "8", "--strategy", "fsdp",
+    assert "h100-sxm5-80gb" in ranked
+    est = cli_json("estimate", "--model", "llama-2-7b", "--gpu", "h100-sxm5-80gb", "--gpus", "8", "--strategy", "fsdp",
                    "--seq-len", "8192", "--batch", "1", "--flash-attention")
-    assert math.isclose(ranked["h200-sxm-141gb"]["speed"]["throughput_per_s"],
+    assert math.isclose(ranked["h100-sxm5-80gb"]["speed"]["throughput_per_s"],
                         est["results"]["estimate"]["throughput_per_s"], rel_tol=1e-9)
 
 

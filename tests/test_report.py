@@ -187,7 +187,8 @@ def test_estimate_html_report_has_one_point_per_gpu_count(cli, tmp_path):
         assert f"{res[key] * 1e3:,.2f} ms" in _texts(step)
     ratio = _width(_by_id(step, "step-memory_s")) / _width(_by_id(step, "step-step_time_s"))
     assert ratio == pytest.approx(res["memory_s"] / res["step_time_s"], rel=0.01)
-    assert f"<td>{res['throughput_per_s']:,.0f} images/s</td>" in html and "<td>$30.66 at $2.00 per GPU-hour</td>" in html
+    assert f"<td>{res['throughput_per_s']:,.0f} images/s</td>" in html
+    assert f"<td>${res['time_to_train']['cost_usd']:,.2f} at $2.00 per GPU-hour</td>" in html
     assert f"gpusizer {__version__}" in html and "<td>a100-sxm4-80gb</td>" in html
 
 

@@ -98,9 +98,9 @@ def recommend(
                          tokens, epochs, dataset_size, top)
     req = RecommendRequest(
         workload=workload, precision=precision, shape=shape, batch=batch, seq_len=seq_len, image_size=image_size,
-        flash_attention=flash_attention, optimizer=optimizer, strategy=strategy, gpus_per_node=gpus or 1, nodes=nodes,
+        flash_attention=flash_attention, optimizer=optimizer, strategy=_run_strategy(strategy, settings, wl.mode),
+        gpus_per_node=gpus or 1, nodes=nodes, counts_chosen=preq is not None,
         interconnect=interconnect, budget_usd=budget, max_power_w=max_power, require=tuple(require),
-        counts_chosen=preq is not None,
         segments=tuple(segments), top=top, sort=sort, vendor=vendor.lower(), system=sys_.id if sys_ else None,
         run_settings={k: v for k, v in settings.items() if v is not None}, perf_data=perf_data(cat, cache_dir),
         why_not=tuple({cat.resolve(name).gpu.id: name for name in reversed(list(why_not))}.items())[::-1],
@@ -121,6 +121,15 @@ def recommend(
         "rules_files": list(ruleset.files), "catalog_files": list(cat.files),
     }
     return RecommendResult(input=inputs, results=rec, notes=(*notes, *rec.notes), rules_files=ruleset.files)
+
+
+def _run_strategy(strategy: str, settings: dict[str, Any], mode: str) -> str:
+    """The strategy the run takes: a training run that offloads under ddp runs on DeepSpeed's ZeRO
+    stage for it (domain.parallelism.offload_strategy), as fit-model and estimate size it."""
+    from gpusizer.domain.parallelism import offload_strategy
+
+    return offload_strategy(strategy, str(settings.get("offload") or "none"), str(settings.get("offload_to") or "cpu"),
+                            mode == "train", {k: settings.get(k) for k in ("tp", "pp", "cp", "ep")})
 
 
 def _inputs(req: RecommendRequest, rec: Recommendation, preq: PlanRequest | None, local: bool) -> dict[str, Any]:

@@ -70,6 +70,11 @@ ZERO_STAGE: dict[str, int] = {"ddp": 0, "zero1": 1, "zero2": 2, "zero3": 3, "fsd
 #: (Ren et al. 2021, "ZeRO-Offload", section 4), and weight offload is ZeRO-3's offload_param
 #: (ZeRO-Infinity); DeepSpeed offloads only under a ZeRO stage.
 OFFLOAD_STRATEGY: dict[str, Strategy] = {"optimizer": "zero2", "params": "zero3", "all": "zero3"}
+#: DeepSpeed swaps offloaded state to NVMe only under ZeRO-3 (ZeRO-Infinity: the optimizer and
+#: parameter swappers live in stage3.py; stage_1_and_2.py keeps offloaded state in host memory)
+NVME_STRATEGY: Strategy = "zero3"
+#: The ZeRO stage DeepSpeed needs to offload the weights (offload_param is a ZeRO-3 option)
+WEIGHT_OFFLOAD_STAGE = 3
 
 
 class Parallelism(BaseModel):
@@ -263,26 +268,40 @@ def runs_deepspeed(strategy: str, degrees: Mapping[str, int | None]) -> bool:
             and all((d or 1) == 1 for d in degrees.values()))
 
 
-def offload_strategy(strategy: str, offload: str, training: bool, degrees: Mapping[str, int | None]) -> str:
-    """The strategy a run of ``strategy`` that offloads ``offload`` runs on: plain data
-    parallelism (no model-parallel degrees) becomes the ZeRO stage DeepSpeed offloads under
-    (:data:`OFFLOAD_STRATEGY`) when training; any other run keeps its strategy."""
-    if training and strategy == "ddp" and all((d or 1) == 1 for d in degrees.values()):
-        return OFFLOAD_STRATEGY.get(offload, strategy)
+def offload_strategy(strategy: str, offload: str, offload_to: str, training: bool,
+                     degrees: Mapping[str, int | None]) -> str:
+    """The strategy a run of ``strategy`` that offloads ``offload`` to ``offload_to`` runs on: plain
+    data parallelism (no model-parallel degrees) becomes the ZeRO stage DeepSpeed offloads under
+    (:data:`OFFLOAD_STRATEGY`; :data:`NVME_STRATEGY` for NVMe) when training; any other run keeps
+    its strategy."""
+    if training and strategy == "ddp" and offload in OFFLOAD_STRATEGY and all((d or 1) == 1 for d in degrees.values()):
+        return NVME_STRATEGY if offload_to == "nvme" else OFFLOAD_STRATEGY[offload]
     return strategy
 
 
-def check_offload(strategy: str, offload: str, training: bool) -> None:
-    """Refuse an offload PyTorch FSDP cannot run: its CPU offload (FSDP1's
-    CPUOffload(offload_params=True), FSDP2's CPUOffloadPolicy) moves the weights and with them the
-    gradients and the optimizer step ("offloads gradients to CPU as well, meaning that the
-    optimizer step runs on CPU", torch/distributed/fsdp/api.py); it has no optimizer-only or
-    weights-only offload."""
-    if training and strategy == "fsdp" and offload in ("optimizer", "params"):
+def check_offload(strategy: str, offload: str, offload_to: str, training: bool,
+                  degrees: Mapping[str, int | None]) -> None:
+    """Refuse an offload the framework of ``strategy`` cannot run. PyTorch FSDP's CPU offload
+    (FSDP1's CPUOffload(offload_params=True), FSDP2's CPUOffloadPolicy) moves the weights and with
+    them the gradients and the optimizer step ("offloads gradients to CPU as well, meaning that the
+    optimizer step runs on CPU", torch/distributed/fsdp/api.py): no optimizer-only or weights-only
+    offload. DeepSpeed offloads the weights only under ZeRO-3 and swaps to NVMe only under ZeRO-3."""
+    if not training or offload not in OFFLOAD_STRATEGY:
+        return
+    if strategy == "fsdp" and offload != "all":
         raise UsageError(f"PyTorch FSDP cannot offload the {'optimizer' if offload == 'optimizer' else 'weights'} "
                          "alone: its CPU offload moves the weights, the gradients and the optimizer step together",
                          hint="offload all of them with FSDP, or offload the optimizer under DeepSpeed ZeRO-2 or ZeRO-3",
                          field="offload")
+    if not runs_deepspeed(strategy, degrees) or ZERO_STAGE[strategy] >= WEIGHT_OFFLOAD_STAGE:
+        return
+    if offload != "optimizer":
+        raise UsageError(f"DeepSpeed offloads the weights only under ZeRO-3, not {STRATEGY_LABELS[strategy]}",
+                         hint="shard with ZeRO-3, or offload the optimizer only", field="offload")
+    if offload_to == "nvme":
+        raise UsageError(f"DeepSpeed swaps offloaded state to NVMe only under ZeRO-3 (ZeRO-Infinity), not "
+                         f"{STRATEGY_LABELS[strategy]}", hint="shard with ZeRO-3, or offload to the CPU",
+                         field="offload-to")
 
 
 def shards_weights(strategy: str) -> bool:
@@ -290,14 +309,17 @@ def shards_weights(strategy: str) -> bool:
     return sharding(Parallelism.of(strategy, 2)).weights > 1
 
 
-def sharding_alternative(strategy: str, mode: str) -> str:
-    """The strategy to suggest when a model does not fit: the run's own if it shards
-    the model, else tensor parallelism to serve and FSDP to train (ZeRO and FSDP
-    are training strategies; inference has no gradients or optimizer state)."""
-    split = sharding(Parallelism.of(strategy, 2))
-    if max(split.weights, split.gradients, split.optimizer) > 1:
+def sharding_alternative(strategy: str, mode: str, offload: str = "none") -> str:
+    """The strategy to suggest when a model does not fit: the run's own if it shards the
+    weights, else tensor parallelism to serve and FSDP to train (ZeRO and FSDP are training
+    strategies; inference has no gradients or optimizer state); ZeRO-1/2 and a training run that
+    offloads go on to ZeRO-3, which offloads anything (FSDP offloads only everything)."""
+    if shards_weights(strategy):
         return strategy
-    return "tp" if mode == "inference" else "fsdp"
+    if mode == "inference":
+        return "tp"
+    deepspeed = ZERO_STAGE[strategy] >= 1 or offload in OFFLOAD_STRATEGY
+    return "zero3" if deepspeed else "fsdp"
 
 
 def sharding_advice(mode: str) -> str:
@@ -413,6 +435,7 @@ __all__ = [
     "OFFLOAD_STRATEGY",
     "offload_strategy",
     "check_offload",
+    "NVME_STRATEGY",
     "shards_weights",
     "strategy_label",
     "idle_sharding_note",

@@ -139,7 +139,7 @@ class RunConfig(BaseModel):
             degrees = {k: data.get(k) for k in ("tp", "pp", "cp", "ep")}
             training = (data.get("mode") or "train") == "train"
             data = {**data, "strategy": offload_strategy(str(data.get("strategy") or "ddp"), str(data["offload"]),
-                                                         training, degrees)}
+                                                         str(data.get("offload_to") or "cpu"), training, degrees)}
         if isinstance(data, dict) and data.get("precision") is None:
             # adapters train on a frozen 16-bit base (peft with Trainer(bf16=True))
             mode = data.get("mode") or "train"

@@ -525,16 +525,25 @@ def adapted_expert_bytes(m: TransformerShape, cfg: RunConfig, tp: int) -> int:
 def autocast_weight_copy_bytes(m: TransformerShape, cfg: RunConfig, *, layers: bool = True) -> int:
     """The 16-bit copies autocast makes of a transformer's weights: the layers' matrices
     (``layers``) but the routed experts, whose grouped GEMM autocast does not cover, and a
-    vocabulary head's. Tensor parallelism splits them with the weights; ZeRO-3 and FSDP do not:
-    each rank casts the whole gathered weight, and the matmul saves that copy after the gathered
-    fp32 parameter is freed (traced under FSDP1 and FSDP2 with torch.autocast: full-size 16-bit
-    copies at any world size). A QLoRA base's NF4 matrices are dequantised, not cast: autocast
-    copies none of them."""
+    vocabulary head's. Tensor parallelism splits them with the weights. FSDP runs mixed precision
+    through its own MixedPrecision (:func:`fsdp_gather_bytes`), so its gathered weights are 16-bit
+    already and autocast copies none (plain torch.autocast over fp32 FSDP would save full-size
+    copies at any world size: traced under FSDP1 and FSDP2). A QLoRA base's NF4 matrices are
+    dequantised, not cast: autocast copies none of them."""
+    if cfg.parallelism.fsdp:
+        return 0  # FSDP's mixed precision gathers the weights in 16 bits: nothing left to cast
     if cfg.adapter is not None and cfg.adapter.base_quantisation is not None:
         layers = False
     copied = (matrix_params(m) - routed_expert_params(m) if layers else 0) \
         + (m.vocab * m.hidden if cfg.head in ("lm", "logits") else 0)
     return int(2 * copied / cfg.sharding.activations)
+
+
+def fsdp_gather_bytes(cfg: RunConfig) -> float:
+    """Bytes per weight as FSDP gathers a unit: under AMP in the 16-bit compute dtype, as
+    FSDP's MixedPrecision(param_dtype=...) runs it (what HF Accelerate, LLM Foundry and torchtitan
+    set: the fp32 shard is cast before the all-gather); otherwise as the weights are stored."""
+    return cfg.storage.activation_bytes if cfg.storage.autocast and cfg.parallelism.fsdp else cfg.storage.weight_bytes
 
 
 def _loss_bytes(m: TransformerShape, cfg: RunConfig, tokens_out: int, tp: int) -> tuple[int, int]:
@@ -991,7 +1000,7 @@ def gathered_layer_bytes(m: TransformerShape, cfg: RunConfig, ep: int = 1) -> in
     adapter = cfg.adapter
     if adapter is not None and adapter.base_quantisation is not None:
         return int(params * adapter.base_code_bytes_per_weight)
-    return int(params * cfg.storage.weight_bytes)
+    return int(params * fsdp_gather_bytes(cfg))
 
 
 def quant_constant_bytes(shape: ModelShape, cfg: RunConfig, held: float) -> tuple[int, int]:
@@ -1021,7 +1030,7 @@ def fsdp_root_bytes(m: TransformerShape, cfg: RunConfig) -> int:
     if not (cfg.training and par.fsdp and par.gathers_layers):
         return 0
     params = m.vocab * m.hidden * (1 if m.tied_embeddings else 2)
-    return int(params * cfg.storage.weight_bytes) // cfg.sharding.activations
+    return int(params * fsdp_gather_bytes(cfg)) // cfg.sharding.activations
 
 
 def deepspeed_bucket_bytes(cfg: RunConfig) -> int:
@@ -1119,7 +1128,7 @@ def _offload(state: _State, shape: ModelShape, cfg: RunConfig, trained: int, sta
     if cfg.offload == "activations" and cfg.offload_to != "cpu":
         raise UsageError("offloaded activations live in host RAM (pinned memory), not on NVMe",
                          hint="offload them to the CPU", field="offload-to")
-    check_offload(cfg.strategy, cfg.offload, cfg.training)
+    check_offload(cfg.strategy, cfg.offload, cfg.offload_to, cfg.training, cfg.layout_degrees)
     if cfg.offload in ("params", "all") and cfg.gpus > 1 and not shards_weights(cfg.strategy):
         raise UsageError("offloading the weights streams each GPU's shard: it needs ZeRO-3 or FSDP over several GPUs",
                          hint="shard with ZeRO-3 or FSDP, or offload the optimizer only", field="offload")

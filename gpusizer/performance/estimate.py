@@ -435,7 +435,8 @@ def _offload_time(comm: _Comm, work: Work, gpu: Gpu, links: Interconnects, topol
     pcie = links.pcie(gpu.pcie_generation or topology_pcie)
     seconds = work.offload_bytes / (pcie.bandwidth_gb_s * pcie.efficiency * 1e9)
     note = (f"offload moves {work.offload_bytes / 1e9:,.1f} GB over {pcie.name} each step "
-            f"({seconds * 1e3:,.0f} ms, not overlapped); the CPU optimizer step and NVMe reads are not timed")
+            f"({seconds * 1e3:,.0f} ms, not overlapped); the CPU optimizer step and NVMe reads are not timed, "
+            "and each GPU moves its own share over its own link, so speed-ups of GPUs sharing a host are optimistic")
     return comm.model_copy(update={"offload_s": seconds, "comm_s": comm.comm_s + seconds,
                                    "exposed_s": comm.exposed_s + seconds, "notes": (*comm.notes, note)})
 
@@ -618,7 +619,7 @@ def _bound(st: StepTime, exposed_comm_s: float, notes: list[str]) -> Bound | Non
 
 def _lone_throughput(gpu: Gpu, shape: ModelShape, cfg: RunConfig, precision: str, tf32: bool, cal: Calibration,
                      links: Interconnects, phase: Phase | None, grad_accumulation: int, cuda_graphs: bool,
-                     attention_kernels: AttentionKernels) -> float:
+                     attention_kernels: AttentionKernels, topology_pcie: int | None) -> float:
     """Throughput of ``cfg`` on one GPU holding the whole replica with the same batch: its
     compute step plus the offload it moves (a lone GPU has nothing else to communicate). Model
     parallelism becomes plain data parallelism; a ZeRO strategy on one GPU keeps DeepSpeed's layout."""
@@ -628,7 +629,7 @@ def _lone_throughput(gpu: Gpu, shape: ModelShape, cfg: RunConfig, precision: str
     work = model_work(shape, single_cfg, precision, phase=phase, grad_accumulation=grad_accumulation)
     step = _step(work, gpu, precision, tf32, cal, cuda_graphs, attention_kernels).step_s
     if work.offload_bytes:
-        step += _offload_time(_Comm(), work, gpu, links).offload_s
+        step += _offload_time(_Comm(), work, gpu, links, topology_pcie).offload_s
     return work.samples_per_step / step
 
 
@@ -686,7 +687,8 @@ def estimate_performance(
     # against one GPU running the same run (the whole replica, the same batch), so the speed-up
     # is the ratio of the throughputs the scaling table lists
     speedup = 1.0 if n_total == 1 and max(par.tp, par.pp, par.cp) == 1 else throughput / _lone_throughput(
-        gpu, shape, cfg, precision, tf32, cal, links, phase, grad_accumulation, cuda_graphs, attention_kernels)
+        gpu, shape, cfg, precision, tf32, cal, links, phase, grad_accumulation, cuda_graphs, attention_kernels,
+        topo.pcie_generation)
     bound = _bound(st, comm.exposed_s, notes)
     return PerfEstimate(
         throughput_per_s=throughput, throughput_unit=work.unit, step_time_s=step, compute_s=st.compute_s,

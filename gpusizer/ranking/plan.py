@@ -150,7 +150,7 @@ def _assess(
     (fsdp for training, tp inside a node for inference) if the model does not fit."""
     mode = rules.workload(req.workload).mode
     strategies = [req.strategy] if gpn * nodes == 1 else list(dict.fromkeys(
-        [req.strategy, sharding_alternative(req.strategy, mode)]))
+        [req.strategy, sharding_alternative(req.strategy, mode, str(req.run_settings.get("offload", "none")))]))
     for strategy in strategies:
         one = req.model_copy(update={"gpus_per_node": gpn, "nodes": nodes, "strategy": strategy, "top": None,
                                      "system": system.id if system else None,

@@ -1049,7 +1049,7 @@ def _show(value: Any) -> str:
 def _sharded_need(gfit: GpuFit, req: RecommendRequest, cfg: RunConfig) -> tuple[str, int | None]:
     """The sharding strategy to suggest (the user's, else tp to serve, fsdp to train) and
     the fewest GPUs that hold the model with it (memory.fewest_gpus)."""
-    alternative = sharding_alternative(cfg.strategy, cfg.mode)
+    alternative = sharding_alternative(cfg.strategy, cfg.mode, cfg.offload)
     if req.shape is None:
         return alternative, None
     return alternative, fewest_gpus(req.shape, cfg.model_copy(update={"strategy": alternative}), gfit.memory_bytes)
