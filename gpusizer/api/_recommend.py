@@ -124,12 +124,10 @@ def recommend(
 
 
 def _run_strategy(strategy: str, settings: dict[str, Any], mode: str) -> str:
-    """The strategy the run takes: a training run that offloads under ddp runs on DeepSpeed's ZeRO
-    stage for it (domain.parallelism.offload_strategy), as fit-model and estimate size it."""
-    from gpusizer.domain.parallelism import offload_strategy
+    """The strategy the run takes (domain.run.run_strategy), as fit-model and estimate size it."""
+    from gpusizer.domain.run import run_strategy
 
-    return offload_strategy(strategy, str(settings.get("offload") or "none"), str(settings.get("offload_to") or "cpu"),
-                            mode == "train", {k: settings.get(k) for k in ("tp", "pp", "cp", "ep")})
+    return run_strategy({**settings, "strategy": strategy, "mode": mode})
 
 
 def _inputs(req: RecommendRequest, rec: Recommendation, preq: PlanRequest | None, local: bool) -> dict[str, Any]:

@@ -9,6 +9,7 @@ to its options.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
@@ -16,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from gpusizer.choices import Logits, LossKind, Mode, Optimizer, OptimizerImpl
 from gpusizer.domain.finetune import Adapter
 from gpusizer.domain.parallelism import (
+    LAYOUT_DEGREES,
     Offload,
     OffloadTarget,
     Parallelism,
@@ -134,12 +136,7 @@ class RunConfig(BaseModel):
             if fmt is not None:
                 data = {**data, "precision": fmt.runs_as}
         if isinstance(data, dict) and data.get("offload") not in (None, "none"):
-            # offloading training runs on DeepSpeed ZeRO (the only framework that offloads under
-            # plain data parallelism): ddp becomes the stage it offloads under
-            degrees = {k: data.get(k) for k in ("tp", "pp", "cp", "ep")}
-            training = (data.get("mode") or "train") == "train"
-            data = {**data, "strategy": offload_strategy(str(data.get("strategy") or "ddp"), str(data["offload"]),
-                                                         str(data.get("offload_to") or "cpu"), training, degrees)}
+            data = {**data, "strategy": run_strategy(data)}
         if isinstance(data, dict) and data.get("precision") is None:
             # adapters train on a frozen 16-bit base (peft with Trainer(bf16=True))
             mode = data.get("mode") or "train"
@@ -206,6 +203,15 @@ class RunConfig(BaseModel):
         return sharding(self.parallelism)
 
 
+def run_strategy(settings: Mapping[str, Any]) -> str:
+    """The strategy a run of these RunConfig ``settings`` takes: a training run that offloads under
+    ddp runs on DeepSpeed ZeRO, the only framework that offloads under plain data parallelism
+    (:func:`.parallelism.offload_strategy`); any other run keeps the strategy given."""
+    return offload_strategy(str(settings.get("strategy") or "ddp"), str(settings.get("offload") or "none"),
+                            str(settings.get("offload_to") or "cpu"), (settings.get("mode") or "train") == "train",
+                            {k: settings.get(k) for k in LAYOUT_DEGREES})
+
+
 def make_run_config(**kwargs: object) -> RunConfig:
     """A RunConfig from optional settings (None means the default), with a bad
     combination reported as a one-line UsageError."""
@@ -221,4 +227,4 @@ def make_run_config(**kwargs: object) -> RunConfig:
         raise UsageError(msg.removeprefix(f"{field}: ") if field else msg, field=field) from None
 
 
-__all__ = ["DEFAULT_FRAGMENTATION", "RunConfig", "make_run_config"]
+__all__ = ["DEFAULT_FRAGMENTATION", "RunConfig", "make_run_config", "run_strategy"]

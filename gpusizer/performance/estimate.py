@@ -428,7 +428,7 @@ class _Comm(BaseModel):
     offload_s: float = 0.0
 
 
-def _offload_time(comm: _Comm, work: Work, gpu: Gpu, links: Interconnects, topology_pcie: int | None = None) -> _Comm:
+def _offload_time(comm: _Comm, work: Work, gpu: Gpu, links: Interconnects, topology_pcie: int | None) -> _Comm:
     """Offloaded state crosses the GPU's PCIe link each step; counted in full, as the
     step cannot finish before the weights it needs arrive. ``topology_pcie``: the generation the
     topology resolved (performance.topology.pcie_generation_for, where the catalog has none)."""
