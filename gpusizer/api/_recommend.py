@@ -99,7 +99,7 @@ def recommend(
     req = RecommendRequest(
         workload=workload, precision=precision, shape=shape, batch=batch, seq_len=seq_len, image_size=image_size,
         flash_attention=flash_attention, optimizer=optimizer, strategy=_run_strategy(strategy, settings, wl.mode),
-        gpus_per_node=gpus or 1, nodes=nodes, counts_chosen=preq is not None,
+        gpus_per_node=gpus or 1, nodes=nodes, counts_chosen=preq is not None, serving_concurrency=_buys(preq),
         interconnect=interconnect, budget_usd=budget, max_power_w=max_power, require=tuple(require),
         segments=tuple(segments), top=top, sort=sort, vendor=vendor.lower(), system=sys_.id if sys_ else None,
         run_settings={k: v for k, v in settings.items() if v is not None}, perf_data=perf_data(cat, cache_dir),
@@ -121,6 +121,11 @@ def recommend(
         "rules_files": list(ruleset.files), "catalog_files": list(cat.files),
     }
     return RecommendResult(input=inputs, results=rec, notes=(*notes, *rec.notes), rules_files=ruleset.files)
+
+
+def _buys(preq: PlanRequest | None) -> bool:
+    """A purchase plan: its serving runs are timed at the concurrency each replica holds (ranking.plan)."""
+    return preq is not None and preq.objective == "budget"
 
 
 def _run_strategy(strategy: str, settings: dict[str, Any], mode: str) -> str:

@@ -293,6 +293,12 @@ class Gpu(BaseModel):
         """An SXM module: it sits on an HGX/DGX board with the other GPUs (NVLink, NVSwitch from A100 on)."""
         return self.form_factor.upper().startswith("SXM")
 
+    @property
+    def on_baseboard(self) -> bool:
+        """A module sold on a baseboard of eight: SXM (HGX) or OAM (the OCP Universal Baseboard of
+        AMD Instinct and Intel Gaudi platforms)."""
+        return self.is_sxm or self.form_factor.upper().startswith("OAM")
+
 
 TENSOR_FIELDS: tuple[str, ...] = (
     "tensor_tf32_tflops",

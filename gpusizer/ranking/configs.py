@@ -62,6 +62,11 @@ class Configuration(BaseModel):
     advisories: tuple[str, ...] = ()
     #: the throughput is an upper bound (Speed.upper_bound: decode without the per-SM cap)
     upper_bound: bool = False
+    #: serving (an inference plan of a decoder): independent model replicas, the sequences each
+    #: decodes at once, and the inter-token latency each user sees; None otherwise
+    replicas: int | None = None
+    concurrency: int | None = None
+    itl_s: float | None = None
 
 
 class Plan(BaseModel):

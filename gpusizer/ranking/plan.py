@@ -23,15 +23,16 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from gpusizer.domain.parallelism import NODE_GPUS, sharding_alternative
+from gpusizer.domain.parallelism import NODE_GPUS, Parallelism, sharding_alternative, tensor_parallel
 from gpusizer.domain.shape import ModelShape
 from gpusizer.errors import UsageError
 from gpusizer.hardware.catalog import Gpu
 from gpusizer.hardware.systems import System
+from gpusizer.memory.serving import MAX_NUM_SEQS, tp_sizes
 from gpusizer.performance.planning import training_seconds
 from gpusizer.ranking.configs import Configuration, Plan, PlanRequest
 from gpusizer.ranking.rules import RuleSet
-from gpusizer.ranking.search import Candidate, GpuResult, RecommendRequest, recommend
+from gpusizer.ranking.search import Candidate, GpuResult, RecommendRequest, input_seq_len, recommend
 from gpusizer.units import format_count, format_duration, plural
 
 #: cloud node counts tried: 1, 2, 4, ... up to this
@@ -46,6 +47,11 @@ def plan_purchase(
     budget = preq.budget_usd
     if budget is None:
         raise UsageError("a purchase plan needs a budget", field="budget_usd")
+    # serving: each replica decodes the sequences its KV cache holds, and replicas need no fabric
+    shape = req.shape or reference
+    serving = (rules.workload(req.workload).mode == "inference" and shape is not None
+               and shape.transformer is not None and shape.transformer.has_kv_cache)
+    req = req.model_copy(update={"serving_concurrency": serving})
     single = req.model_copy(update={"gpus_per_node": 1, "nodes": 1, "top": None})
     base = recommend(candidates, rules, single, reference=reference, pool=pool)
     by_id = {c.gpu.id: c for c in candidates}
@@ -55,33 +61,34 @@ def plan_purchase(
         if res.price is None or res.price.usd > budget:
             continue
         gpu = by_id[res.gpu_id].gpu
-        # several nodes only for GPUs that reach across nodes with GPUDirect RDMA; others stay in one box
-        most = NODE_GPUS * (MAX_NODES if gpu.gpudirect_rdma else 1)
+        # several nodes only for GPUs that reach across nodes with GPUDirect RDMA (others stay in one
+        # box), or for serving, whose replicas exchange nothing
+        most = NODE_GPUS * (MAX_NODES if gpu.gpudirect_rdma or serving else 1)
         count = min(int(budget // res.price.usd), most)
-        if gpu.is_sxm:
-            # SXM modules are sold on HGX boards of eight
+        if gpu.on_baseboard:
+            # SXM and OAM modules are sold on baseboards of eight (HGX, OCP UBB)
             count -= count % NODE_GPUS
             if count == 0:
                 continue
         # all the budget buys, and the largest power of two below it (tensor parallelism must divide the heads)
         options = []
         for n in dict.fromkeys((count, 1 << (count.bit_length() - 1))):
-            gpn = min(n, NODE_GPUS)
-            considered += 1
-            cfg = _assess(by_id[res.gpu_id], rules, req, gpn, n // gpn, reference, pool)
-            if cfg is not None:
-                options.append(cfg)
+            for gpn, strategy in _layouts(n, gpu, req.shape or reference if serving else None):
+                considered += 1
+                cfg = _assess(by_id[res.gpu_id], rules, req, gpn, n // gpn, reference, pool, only=strategy)
+                if cfg is not None:
+                    options.append(cfg)
         if options:
             configs.append(max(options, key=lambda c: c.throughput_per_s))
     configs.sort(key=lambda c: (-c.throughput_per_s, -c.score, c.gpu_id))
     closest = None if configs else _cheapest_purchase(candidates, by_id, rules, single, reference, pool)
     first = configs[0] if configs else closest
     unit = first.unit if first is not None else "throughput"
+    buys = f"as many as the budget buys, {NODE_GPUS} a node (SXM/OAM: boards of {NODE_GPUS})"
     notes = ("GPU prices only (street, else launch): no hosts, power or networking",
-             f"as many as the budget buys, {NODE_GPUS} a node (SXM: boards of {NODE_GPUS}); "
-             "nodes need RDMA")
+             *((_serving_note(req, rules, req.shape or reference), buys) if serving else (f"{buys}; nodes need RDMA",)))
     numbered = _numbered(configs, preq.top)
-    return Plan(objective="budget", goal=f"the most {unit} for ${budget:,.0f} of GPUs",
+    return Plan(objective="budget", goal=f"the most {unit} {'served ' if serving else ''}for ${budget:,.0f} of GPUs",
                 configurations=numbered, considered=considered, met=len(configs),
                 notes=notes + upper_bound_notes(numbered) + _base_notes(base.notes), closest=closest,
                 shortfall=None if configs else _shortfall("budget", closest))
@@ -142,14 +149,28 @@ def _qualifying(rec: Any) -> list[GpuResult]:
     return [*rec.ranked, *rec.beyond_top, *shardable]
 
 
+def _layouts(n: int, gpu: Gpu, serving: ModelShape | None) -> list[tuple[int, str | None]]:
+    """The ways to lay out ``n`` GPUs: (GPUs per node, strategy; None: data parallel, else sharded
+    where that does not fit), in nodes of up to eight. Serving (``serving``: the model served) also
+    tries each smaller tensor-parallel replica the model allows, one per box, since more replicas of
+    fewer GPUs may hold more sequences in all; baseboards of SXM or OAM modules stay whole."""
+    node = min(n, NODE_GPUS)
+    m = serving.transformer if serving is not None else None
+    if m is None:
+        return [(node, None)]
+    sizes = [t for t in tp_sizes(m, node) if t > 1 and (t == node or not gpu.on_baseboard)]
+    return [(t if t > 1 else node, str(tensor_parallel(t)["strategy"])) for t in (1, *sizes)]
+
+
 def _assess(
     cand: Candidate, rules: RuleSet, req: RecommendRequest, gpn: int, nodes: int,
     reference: ModelShape | None, pool: Sequence[Gpu] | None, system: System | None = None,
+    only: str | None = None,
 ) -> Configuration | None:
-    """One configuration through the single-GPU pipeline; data parallel first, then sharded
-    (fsdp for training, tp inside a node for inference) if the model does not fit."""
+    """One configuration through the single-GPU pipeline: strategy ``only``, else data parallel first,
+    then sharded (fsdp for training, tp inside a node for inference) if the model does not fit."""
     mode = rules.workload(req.workload).mode
-    strategies = [req.strategy] if gpn * nodes == 1 else list(dict.fromkeys(
+    strategies = [only] if only is not None else [req.strategy] if gpn * nodes == 1 else list(dict.fromkeys(
         [req.strategy, sharding_alternative(req.strategy, mode, str(req.run_settings.get("offload", "none")))]))
     for strategy in strategies:
         one = req.model_copy(update={"gpus_per_node": gpn, "nodes": nodes, "strategy": strategy, "top": None,
@@ -160,15 +181,27 @@ def _assess(
         except UsageError:
             continue  # a layout this strategy cannot take (tp that does not divide the heads)
         if rec.ranked:
-            return _config(rec.ranked[0], gpn, nodes, strategy, system)
+            return _config(rec.ranked[0], gpn, nodes, strategy, system, serving=req.serving_concurrency)
     return None
 
 
-def _config(r: GpuResult, gpn: int, nodes: int, strategy: str, system: System | None) -> Configuration | None:
+def _serving_note(req: RecommendRequest, rules: RuleSet, shape: ModelShape | None) -> str:
+    """How a serving plan's throughput is counted, in words."""
+    assert shape is not None
+    context = input_seq_len(req, rules.workload(req.workload).speed, shape)
+    held = (f"the sequences of {context:,} tokens its KV cache holds (at most {MAX_NUM_SEQS}, vLLM's max_num_seqs)"
+            if req.batch is None else f"{plural(req.batch, 'sequence')} of {context:,} tokens (the batch given)")
+    return f"each replica decodes {held}; tok/s counts every replica; replicas exchange nothing"
+
+
+def _config(r: GpuResult, gpn: int, nodes: int, strategy: str, system: System | None,
+            serving: bool = False) -> Configuration | None:
     speed = r.speed
     if speed is None or speed.throughput_per_s is None:
         return None
     total = gpn * nodes
+    replicas = total // Parallelism.of(strategy, gpn).tp
+    concurrency = speed.batch if serving else None
     where = f"{nodes} x {system.id}" if system else (f"{gpn} x {r.gpu_id}" if nodes == 1
                                                       else f"{nodes} nodes x {gpn} x {r.gpu_id}")
     top = r.reasons[:2]
@@ -182,6 +215,8 @@ def _config(r: GpuResult, gpn: int, nodes: int, strategy: str, system: System | 
                       if system is not None and system.price and system.price.on_demand_usd_per_hour else None),
         score=r.score, reasons=tuple(c.message for c in top), reason_fields=tuple(c.field for c in top), advisories=tuple(a.message for a in r.advisories),
         upper_bound=speed.upper_bound,
+        replicas=replicas if serving else None, concurrency=concurrency,
+        itl_s=concurrency * replicas / speed.throughput_per_s if concurrency else None,
     )
 
 
@@ -269,7 +304,7 @@ def _cheapest_purchase(
         price = res.price
         assert price is not None
         # one (an SXM board of eight), else a node of eight sharded, where one does not hold the model
-        for count in dict.fromkeys((NODE_GPUS if by_id[res.gpu_id].gpu.is_sxm else 1, NODE_GPUS)):
+        for count in dict.fromkeys((NODE_GPUS if by_id[res.gpu_id].gpu.on_baseboard else 1, NODE_GPUS)):
             cfg = _assess(by_id[res.gpu_id], rules, free, count, 1, reference, pool)
             if cfg is not None:
                 return cfg.model_copy(update={"price_total_usd": price.usd * count, "price": price})

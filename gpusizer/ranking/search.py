@@ -24,11 +24,13 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from gpusizer.choices import SORTS, Mode
 from gpusizer.domain.parallelism import (
     NODE_GPUS,
+    Parallelism,
     gpus_per_node_for,
     layout_words,
     sharded_gpus,
     sharding_alternative,
     strategy_label,
+    tensor_parallel,
     within_node,
 )
 from gpusizer.domain.precision import (
@@ -147,6 +149,10 @@ class RecommendRequest(BaseModel):
     #: an objective's configurations (ranking.plan) choose the GPU counts: the single GPUs ranked
     #: here are one each, and a purchase budget is for all the GPUs a configuration buys
     counts_chosen: bool = False
+    #: time a decoder's inference as a serving engine runs it: each replica decodes as many
+    #: sequences of the context as its paged KV cache holds (memory.serving, at most vLLM's
+    #: max_num_seqs), not the workload's batch; the purchase plan of an inference workload sets it
+    serving_concurrency: bool = False
     #: total board power of all GPUs, in watts
     max_power_w: float | None = None
     require: tuple[str, ...] = ()
@@ -1114,8 +1120,14 @@ def _speed_basis(wl: Workload, req: RecommendRequest, precision: str, shape: Mod
     if shape is None:
         return "not estimated: no model given and no reference model passed (see recommend.reference_shape)"
     mode = "training" if wl.mode == "train" else "inference"
-    batch = (f"batch {req.batch} per GPU" if req.batch is not None
-             else f"batch {wl.speed.batch or 1} per GPU (less where it does not fit)")
+    if serves(req, shape, wl.mode):
+        from gpusizer.memory.serving import MAX_NUM_SEQS
+
+        batch = (f"decoding as many sequences of {input_seq_len(req, wl.speed, shape):,} tokens as each "
+                 f"replica's paged KV cache holds (at most {MAX_NUM_SEQS})")
+    else:
+        batch = (f"batch {req.batch} per GPU" if req.batch is not None
+                 else f"batch {wl.speed.batch or 1} per GPU (less where it does not fit)")
     who = "your model" if req.shape is not None else f"reference model for {wl.name}; give a model to change it"
     return (f"{shape.name} {mode} ({who}), {precision}, {batch}, from the performance model "
             "('gpusizer estimate'); relative to the fastest GPU listed")
@@ -1128,6 +1140,34 @@ def proxy_unit(field: str) -> str:
         if field.endswith(suffix):
             return unit
     return field
+
+
+def serves(req: RecommendRequest, shape: ModelShape | None, mode: str) -> bool:
+    """Whether ``req`` times ``shape`` at its serving concurrency (:attr:`RecommendRequest.serving_concurrency`):
+    a decoder's inference (``mode``), without a batch given."""
+    return (req.serving_concurrency and mode == "inference" and req.batch is None and shape is not None
+            and shape.transformer is not None and shape.transformer.has_kv_cache)
+
+
+def input_seq_len(req: RecommendRequest, spec: SpeedSpec, shape: ModelShape) -> int:
+    """The sequence length the speed column times: the one given, else the workload's (for its
+    reference model), else the model's default."""
+    from gpusizer.memory.estimate import default_seq_len
+
+    return req.seq_len or (spec.seq_len if req.shape is None else None) or default_seq_len(shape)
+
+
+def serving_batch(shape: ModelShape, cfg: RunConfig, capacity_bytes: int, strategy: str, gpus_per_node: int) -> int:
+    """Sequences of ``cfg``'s context one replica decodes at once: what its paged KV cache holds
+    (memory.serving, vLLM's accounting), at most vLLM's ``max_num_seqs``. A tensor-parallel
+    replica is a node's GPUs; otherwise each GPU is one."""
+    from gpusizer.memory.estimate import default_seq_len
+    from gpusizer.memory.serving import MAX_NUM_SEQS, serving_capacity
+
+    tp = Parallelism.of(strategy, gpus_per_node).tp
+    run = cfg.model_copy(update=tensor_parallel(tp))
+    held = serving_capacity(shape, run, capacity_bytes, cfg.seq_len or default_seq_len(shape)).max_concurrency
+    return min(held, MAX_NUM_SEQS)
 
 
 def _proxy_field(spec: SpeedSpec, req: RecommendRequest) -> str | None:
@@ -1154,6 +1194,14 @@ def _speed(
     sized = mem_cfg.model_copy(update={k: v for k, v in (("seq_len", seq_len), ("image_size", image_size)) if v})
     if req.batch is not None:
         batch = req.batch
+    elif serves(req, shape, sized.mode):
+        try:
+            batch = serving_batch(shape, sized, cand.capacity_bytes, req.strategy, req.gpus_per_node)
+        except UsageError as exc:
+            return Speed(method="performance-model", throughput_per_s=None, unit="", note=exc.message)
+        if batch < 1:
+            return Speed(method="performance-model", throughput_per_s=None, unit="",
+                         note=f"no room for the KV cache of one {input_seq_len(req, spec, shape):,}-token sequence")
     else:
         batch = spec.batch or 1
         # memory grows with batch (largest_batch's premise), so the workload's batch stands

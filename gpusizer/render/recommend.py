@@ -101,8 +101,8 @@ def header_lines(rec: Recommendation, rules_files: tuple[str, ...] = ()) -> list
 
 def _speed_cells(r: GpuResult, bars: bool = True) -> tuple[str, str]:
     s = r.speed
-    if s is None or s.throughput_per_s is None:
-        return NA, (s.note if s is not None and s.note else "")
+    if s is None or s.throughput_per_s is None:  # (why: the caution line under the row)
+        return NA, NA
     rel = (f"{s.relative:.2f} {bar(s.relative, 8)}" if bars else f"{s.relative:.2f}") if s.relative is not None else ""
     unit = UNIT_SHORT.get(s.unit, s.unit)
     return rel, f"{fmt(float(s.throughput_per_s))} {unit}".strip()
@@ -317,19 +317,26 @@ def plan_text(plan: Plan, configurations: Sequence[Configuration] | None = None)
     cloud = plan.objective != "budget"
     shown = plan.configurations if configurations is None else configurations
     unit = next((UNIT_SHORT.get(c.unit, c.unit) for c in shown), "speed")
-    headers = ["#", "configuration", "GPUs", unit, "eff.", *(["$/h", "time", "cost"] if cloud else ["price"])]
+    # serving: replicas exchange nothing, so the sequences each decodes stand where scaling would
+    serving = any(c.concurrency is not None for c in shown)
+    headers = ["#", "configuration", "GPUs", unit, "seqs" if serving else "eff.",
+               *(["$/h", "time", "cost"] if cloud else ["price"])]
     numeric = [True, False, True, True, True, *([True] * (3 if cloud else 1))]
     rows = []
     for c in shown:
         money = ([fmt(c.usd_per_hour), _hours_cell(c.hours), f"${c.cost_usd:,.0f}" if c.cost_usd is not None else NA]
                  if cloud else [f"${c.price_total_usd:,.0f}" if c.price_total_usd is not None else NA])
-        eff = f"{c.scaling_efficiency:.0%}" if c.scaling_efficiency is not None else NA
+        eff = (f"{c.concurrency:,}" if c.concurrency is not None else NA) if serving else (
+            f"{c.scaling_efficiency:.0%}" if c.scaling_efficiency is not None else NA)
         rows.append([str(c.rank or "-"), c.label, str(c.gpus_total), f"{c.throughput_per_s:,.0f}", eff, *money])
     _, head, lines = columns(headers, rows, numeric, None)
     out = [head, "-" * len(head)]
     for c, line in zip(shown, lines, strict=True):
         out.append(line)
-        why = f"{c.strategy}, score {c.score:.0f}/100" + (f": {', '.join(c.reason_fields)}" if c.reason_fields else "")
+        replicas = (f", {plural(c.replicas, 'replica')}, ITL {c.itl_s * 1000:,.0f} ms"
+                    if c.replicas is not None and c.concurrency is not None and c.itl_s is not None else "")
+        why = f"{c.strategy}{replicas}, score {c.score:.0f}/100" + (
+            f": {', '.join(c.reason_fields)}" if c.reason_fields else "")
         out.append("    " + why)
         if c.upper_bound:
             out.append("      ! throughput is an upper bound (decode without the per-SM cap)")

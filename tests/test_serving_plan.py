@@ -1,0 +1,79 @@
+"""recommend's purchase plan for serving: an inference workload with a decoder counts what a
+serving engine delivers. Each replica decodes the sequences its paged KV cache holds (as
+``gpusizer serve`` sizes them, at most vLLM's max_num_seqs of 256), at the speed ``gpusizer
+estimate`` gives at that concurrency, and independent replicas need no fabric between nodes.
+
+Before, the plan summed batch-1 decode over replicas, so buying the most separate replicas always
+won: $60,000 for Llama 3.1 70B chose 6 nodes of 8 RTX 4000 Ada at 80 tokens/s in all."""
+
+from __future__ import annotations
+
+import pytest
+
+MAX_NUM_SEQS = 256
+
+
+@pytest.fixture
+def plan_70b(cli_json):
+    doc = cli_json("recommend", "--workload", "llm-inference", "--model", "llama-3.1-70b", "--budget", "60000",
+                   "--top", "5")
+    return doc["results"]["plan"]
+
+
+def test_each_serving_configuration_is_what_serve_and_estimate_say(plan_70b, cli_json):
+    configs = plan_70b["configurations"]
+    assert len(configs) == 5
+    for c in configs[:2]:
+        tp = c["gpus_per_node"] if c["strategy"] == "tp" else 1
+        assert c["replicas"] == c["gpus_total"] // tp
+        served = cli_json("serve", "--model", "llama-3.1-70b", "--gpu", c["gpu_id"], "--tp", str(tp),
+                          "--context", "2048")
+        assert c["concurrency"] == min(served["results"]["rows"][0]["max_concurrency"], MAX_NUM_SEQS)
+        est = cli_json("estimate", "--model", "llama-3.1-70b", "--gpu", c["gpu_id"], "--gpus", str(c["gpus_per_node"]),
+                       "--nodes", str(c["nodes"]), "--strategy", c["strategy"], "--inference",
+                       "--batch", str(c["concurrency"]), "--seq-len", "2048")
+        serving = est["results"]["serving"]
+        assert c["throughput_per_s"] == pytest.approx(serving["aggregate_tokens_s"], rel=1e-9)
+        assert c["itl_s"] == pytest.approx(serving["itl_s"], rel=1e-9)
+
+
+def test_serving_configurations_are_ranked_by_tokens_served(plan_70b):
+    configs = plan_70b["configurations"]
+    speeds = [c["throughput_per_s"] for c in configs]
+    assert speeds == sorted(speeds, reverse=True)
+    for c in configs:
+        assert 1 <= c["concurrency"] <= MAX_NUM_SEQS
+        # tokens/s = sequences in flight / the time of one decode step of all of them
+        assert c["throughput_per_s"] == pytest.approx(c["replicas"] * c["concurrency"] / c["itl_s"], rel=1e-9)
+    # a replica that holds many sequences beats many replicas of one: the winner decodes dozens at once
+    assert configs[0]["concurrency"] >= 32
+    assert plan_70b["goal"] == "the most tokens/s served for $60,000 of GPUs"
+    assert any("KV cache holds (at most 256" in n for n in plan_70b["notes"])
+
+
+def test_a_given_batch_is_the_concurrency(cli_json):
+    doc = cli_json("recommend", "--workload", "llm-inference", "--model", "llama-3.1-8b", "--budget", "20000",
+                   "--batch", "4", "--top", "3")
+    configs = doc["results"]["plan"]["configurations"]
+    assert configs and all(c["concurrency"] == 4 for c in configs)
+
+
+def test_replicas_across_nodes_need_no_rdma(cli_json):
+    """Serving replicas exchange nothing, so GPUDirect RDMA neither scores nor warns; training still
+    scores it across nodes."""
+    serve = cli_json("recommend", "--workload", "llm-inference", "--model", "llama-3.1-8b", "--gpus", "8",
+                     "--nodes", "2", "--top", "40")
+    rows = serve["results"]["ranked"]
+    assert rows
+    assert not [c for r in rows for c in r["contributions"] if c["field"] == "gpudirect_rdma"]
+    assert not [a for r in rows for a in r["advisories"] if "RDMA" in a["message"]]
+    train = cli_json("recommend", "--workload", "llm-train", "--model", "llama-3.1-8b", "--gpus", "8",
+                     "--nodes", "2", "--top", "3")
+    assert all(any(c["field"] == "gpudirect_rdma" for c in r["contributions"]) for r in train["results"]["ranked"])
+
+
+def test_training_plans_keep_one_box_without_rdma(cli_json):
+    doc = cli_json("recommend", "--workload", "cnn", "--budget", "60000", "--top", "20")
+    configs = doc["results"]["plan"]["configurations"]
+    assert configs and all(c["concurrency"] is None and c["replicas"] is None for c in configs)
+    assert "nodes need RDMA" in doc["results"]["plan"]["notes"][1]
