@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -10,9 +11,10 @@ from pydantic import BaseModel
 
 from gpusizer.api._common import _FROZEN, Result, _given_weights, _run, checkpoint_defaults, load_catalog, resolve_model
 from gpusizer.domain.parallelism import tensor_parallel
+from gpusizer.domain.run import RunConfig
 from gpusizer.domain.shape import ModelShape, beyond_context_note
 from gpusizer.errors import UsageError
-from gpusizer.hardware.catalog import Catalog
+from gpusizer.hardware.catalog import Catalog, Gpu
 from gpusizer.hardware.vendors import DEFAULT_VENDOR, VENDOR_NAMES, check_vendor, vendor_notes, vendor_wanted
 from gpusizer.memory.serving import (
     BLOCK_TOKENS,
@@ -22,6 +24,7 @@ from gpusizer.memory.serving import (
     ServingCapacity,
     fewest_gpus_to_serve,
     serving_capacity,
+    tp_sizes,
 )
 
 
@@ -40,6 +43,15 @@ class ServeRow(BaseModel):
     capacity: ServingCapacity | None
     #: every tensor-parallel size tried, smallest first
     tried: tuple[ServingCapacity, ...]
+    #: with a latency target: groups of ``gpus`` GPUs that share the users, the sequences each
+    #: decodes at once, and the inter-token latency each user then sees
+    replicas: int = 1
+    concurrency: int | None = None
+    itl_s: float | None = None
+
+    @property
+    def gpus_total(self) -> int | None:
+        return None if self.gpus is None else self.gpus * self.replicas
 
 class ServeResults(BaseModel):
     model_config = _FROZEN
@@ -47,6 +59,8 @@ class ServeResults(BaseModel):
     model: str
     context_tokens: int
     users: int | None
+    #: the inter-token latency target, if any
+    max_itl_s: float | None = None
     rows: tuple[ServeRow, ...]
     #: ids of the GPUs that serve the users (or hold one sequence when no users are given)
     serves_on: tuple[str, ...]
@@ -71,12 +85,46 @@ def _window_note(shape: ModelShape, context: int) -> str | None:
             "not the whole context (vLLM's hybrid KV-cache manager); kv_bytes_per_token counts every layer")
 
 
+def _latency_target(max_itl_ms: float, users: int | None) -> float:
+    """The latency target in seconds, checked: positive and finite, with a number of users."""
+    if users is None:
+        raise UsageError("a latency target sizes the GPUs for a number of users: give the users",
+                         field="max_itl_ms")
+    if not 0 < max_itl_ms < math.inf:
+        raise UsageError(f"the latency target {max_itl_ms:g} ms must be a positive number", field="max_itl_ms")
+    return max_itl_ms / 1e3
+
+
+def _latency_row(
+    shape: ModelShape, cfg: RunConfig, g: Gpu, context: int, users: int, max_itl_s: float, tp: int | None,
+    max_tp: int, utilization: float,
+) -> ServeRow:
+    """One GPU type under a latency target: the fewest GPUs, as replicas of one tensor-parallel
+    size (``tp``, else each the model allows up to ``max_tp``), that serve the users within it."""
+    from gpusizer.performance.serving import fewest_gpus_within_latency  # (the speed model: only when asked)
+
+    m = shape.transformer
+    if m is None:
+        raise UsageError("serving capacity needs a decoder's shape", field="model")
+    sizes = (tp,) if tp is not None else tp_sizes(m, max_tp)
+    caps = {t: serving_capacity(shape, cfg.model_copy(update=tensor_parallel(t)), g.memory_bytes, context,
+                                utilization=utilization) for t in sizes}
+    dep = fewest_gpus_within_latency(g, shape, cfg, {t: c.max_concurrency for t, c in caps.items()},
+                                     context=context, users=users, max_itl_s=max_itl_s)
+    cap = caps[dep.tp] if dep is not None else None
+    best = cap or max(caps.values(), key=lambda c: c.max_concurrency)
+    return ServeRow(gpu_id=g.id, gpu_name=g.name, memory_bytes=g.memory_bytes, gpus=dep.tp if dep else None,
+                    max_concurrency=best.max_concurrency, capacity=cap, tried=tuple(caps.values()),
+                    replicas=dep.replicas if dep else 1, concurrency=dep.concurrency if dep else None,
+                    itl_s=dep.speed.itl_s if dep else None)
+
+
 def serve(
     model: str | ModelShape | None = None, *, context: int, users: int | None = None,
     gpu: str | Sequence[str] | None = None, tp: int | None = None, params: str | int | None = None,
     hf_config: str | Path | None = None, gpu_memory_utilization: float = DEFAULT_UTILIZATION,
     max_tp: int = MAX_TP, vendor: str = DEFAULT_VENDOR, catalog: Catalog | None = None,
-    cache_dir: Path | None = None, **settings: Any,
+    cache_dir: Path | None = None, max_itl_ms: float | None = None, **settings: Any,
 ) -> ServeResult:
     """How many sequences of ``context`` tokens a deployment holds at once, and the
     fewest GPUs (a tensor-parallel group) that serve ``users`` of them.
@@ -85,6 +133,9 @@ def serve(
     weights, a prefill chunk's activations and the engine's reserves are placed (vLLM's
     accounting, 16-token blocks). ``tp`` fixes the group size instead of searching up
     to ``max_tp`` GPUs (one node: tensor parallelism needs NVLink-class links).
+    ``max_itl_ms``, with ``users``: the fewest GPUs, as replicas of one tensor-parallel size,
+    whose decode step for their share of the users takes at most that many milliseconds
+    (performance.serving.fewest_gpus_within_latency; the speed is ``estimate``'s).
     Without ``gpu``, the catalog's GPUs of ``vendor`` are checked (nvidia, amd, intel or
     any; NVIDIA only by default, as ``recommend``); GPUs named in ``gpu`` are always checked.
     ``settings`` are RunConfig fields (``precision``, ``kv_cache``, ...).
@@ -106,7 +157,11 @@ def serve(
     beyond = beyond_context_note(shape, context, "context")
     notes += [n for n in (ckpt_note, beyond, _window_note(shape, context)) if n]
     rows = []
-    for res in resolved:
+    if max_itl_ms is not None:
+        max_itl_s = _latency_target(max_itl_ms, users)
+        rows = [_latency_row(shape, cfg, r.gpu, context, users or 1, max_itl_s, tp, max_tp, gpu_memory_utilization)
+                for r in resolved]
+    for res in resolved if max_itl_ms is None else ():
         g = res.gpu
         if tp is not None:
             m = shape.transformer
@@ -125,12 +180,14 @@ def serve(
         rows.append(ServeRow(gpu_id=g.id, gpu_name=g.name, memory_bytes=g.memory_bytes, gpus=plan.gpus,
                              max_concurrency=best.max_concurrency if best else 0, capacity=plan.capacity,
                              tried=plan.tried))
-    inputs = {"model": shape.name, "params": shape.params, "context_tokens": context, "users": users, "tp": tp,
+    inputs = {"model": shape.name, "params": shape.params, "context_tokens": context, "users": users,
+              "max_itl_ms": max_itl_ms, "tp": tp,
               "max_tp": max_tp, "vendor": None if names else vendor,
               "gpu_memory_utilization": gpu_memory_utilization, "block_tokens": BLOCK_TOKENS,
               **cfg.model_dump(mode="json", include={"precision", "kv_cache", "flash_attention", "weight_format"}),
               "gpus_checked": [r.gpu.id for r in resolved]}
     results = ServeResults(model=shape.name, context_tokens=context, users=users, rows=tuple(rows),
+                           max_itl_s=max_itl_ms / 1e3 if max_itl_ms is not None else None,
                            serves_on=tuple(r.gpu_id for r in rows if r.gpus is not None))
     if not names and vendor != "any" and not results.serves_on:
         notes.append(f"only {VENDOR_NAMES.get(vendor, vendor)} GPUs were checked; the vendor 'any' checks every "

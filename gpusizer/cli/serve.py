@@ -49,6 +49,10 @@ ServePrecisionOpt = Annotated[PrecisionName | None, typer.Option("--precision", 
 ServeTopOpt = Annotated[int, typer.Option(
     "--top", min=1, max=10_000, metavar="N", rich_help_panel=OUTPUT,
     help="Show the first N GPU types: those that serve, fewest GPUs first; --json lists all.")]
+ServeItlOpt = Annotated[float | None, typer.Option(
+    "--max-itl-ms", **real(0.001, 1e6), metavar="MS", rich_help_panel=CONSTRAINTS,
+    help="With --users: the fewest GPUs, as replicas of one TP size sharing the users, whose inter-token "
+         "latency stays within this many ms (the speed of 'gpusizer estimate').")]
 UtilizationOpt = Annotated[float, typer.Option(
     "--gpu-memory-utilization", **real(0.05, 1.0), metavar="SHARE", rich_help_panel=HARDWARE,
     help="Share of each GPU's memory the engine may use (vLLM's default 0.9).")]
@@ -57,6 +61,7 @@ UtilizationOpt = Annotated[float, typer.Option(
 @serve_app.command("serve", epilog=examples(
     "gpusizer serve --model llama-2-7b --context 4096",
     "gpusizer serve --model llama-2-70b --users 64 --gpu h100",
+    "gpusizer serve --model llama-3.1-70b --users 32 --max-itl-ms 50 --gpu h100",
 ))
 @guarded
 def serve_cmd(
@@ -66,6 +71,7 @@ def serve_cmd(
     hf_config: HfConfigOpt = None,
     context: ContextOpt = 4096,
     users: UsersOpt = None,
+    max_itl_ms: ServeItlOpt = None,
     gpu: ServeGpuOpt = None,
     tp: TpOpt = None,
     precision: ServePrecisionOpt = None,
@@ -82,7 +88,7 @@ def serve_cmd(
     from gpusizer import api
 
     result = api.serve(
-        model, params=params, hf_config=hf_config, context=context, users=users, gpu=gpu, tp=tp,
+        model, params=params, hf_config=hf_config, context=context, users=users, max_itl_ms=max_itl_ms, gpu=gpu, tp=tp,
         gpu_memory_utilization=gpu_memory_utilization, vendor=vendor, catalog=_load_catalog(catalog),
         cache_dir=_cache_dir(),
         precision=storage_precision(precision, "inference") if precision else None, kv_cache=kv_cache,

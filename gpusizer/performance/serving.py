@@ -10,10 +10,12 @@ says so.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from gpusizer.domain.parallelism import tensor_parallel
 from gpusizer.domain.run import RunConfig
 from gpusizer.domain.shape import ModelShape
 from gpusizer.errors import UsageError
@@ -99,4 +101,60 @@ def concurrency_for_latency(
     return speed(lo).model_copy(update={"max_itl_s": max_itl_s})
 
 
-__all__ = ["ServingSpeed", "concurrency_for_latency", "serving_speed"]
+class LatencyDeployment(BaseModel):
+    """The fewest GPUs that serve a number of users within a latency target: ``replicas``
+    tensor-parallel groups of ``tp`` GPUs, each decoding ``concurrency`` of the users."""
+
+    model_config = ConfigDict(frozen=True, defer_build=True)
+
+    tp: int
+    replicas: int
+    #: sequences each replica decodes at once (the users shared out, the last replica may run fewer)
+    concurrency: int
+    #: one replica at that concurrency (its ITL is what each user sees)
+    speed: ServingSpeed
+
+    @property
+    def gpus_total(self) -> int:
+        return self.tp * self.replicas
+
+    @property
+    def aggregate_tokens_s(self) -> float:
+        return self.speed.aggregate_tokens_s * self.replicas
+
+
+def fewest_gpus_within_latency(
+    gpu: Gpu, shape: ModelShape, cfg: RunConfig, held: Mapping[int, int], *, context: int, users: int,
+    max_itl_s: float, **kwargs: Any,
+) -> LatencyDeployment | None:
+    """The fewest GPUs, as replicas of one tensor-parallel size, that decode ``users``
+    sequences of ``context`` tokens with an inter-token latency of at most ``max_itl_s``.
+    ``held``: for each tensor-parallel size to try, the sequences its KV cache holds
+    (memory.serving.serving_capacity). For each size, the largest concurrency that meets the
+    target within what memory holds (:func:`concurrency_for_latency`) sets the replicas
+    needed; the size with the fewest GPUs in all wins (the smaller size on a tie). None when
+    no size meets the target even with one sequence a replica."""
+    best: LatencyDeployment | None = None
+    for tp, most in sorted(held.items()):
+        if best is not None and best.gpus_total <= tp:
+            break  # (no larger group can use fewer GPUs)
+        if most < 1:
+            continue
+        run = cfg.model_copy(update=tensor_parallel(tp))
+        found = concurrency_for_latency(gpu, shape, run, context=context, prompt=context, max_itl_s=max_itl_s,
+                                        limit=min(most, users), **kwargs)
+        if found is None:
+            continue
+        replicas = -(-users // found.concurrency)
+        # the users shared out evenly, where that meets the target too (below the matrix-vector
+        # switch a smaller batch need not be faster); else replicas run ``found``'s concurrency
+        share = serving_speed(gpu, shape, run, context=context, prompt=context, concurrency=-(-users // replicas),
+                              **kwargs).model_copy(update={"max_itl_s": max_itl_s})
+        speed = share if share.itl_s <= max_itl_s else found
+        if best is None or tp * replicas < best.gpus_total:
+            best = LatencyDeployment(tp=tp, replicas=replicas, concurrency=speed.concurrency, speed=speed)
+    return best
+
+
+__all__ = ["LatencyDeployment", "ServingSpeed", "concurrency_for_latency", "fewest_gpus_within_latency",
+           "serving_speed"]

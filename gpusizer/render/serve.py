@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 def shown_rows(res: ServeResults, top: int | None = None) -> tuple[ServeRow, ...]:
     """The rows a table shows: those that serve first (fewest GPUs, then most sequences),
     then those that do not; the first ``top`` of them (all without ``top``)."""
-    rows = sorted(res.rows, key=lambda r: (r.gpus is None, r.gpus or 0, -r.max_concurrency))
+    rows = sorted(res.rows, key=lambda r: (r.gpus is None, r.gpus_total or 0, r.gpus or 0, -r.max_concurrency))
     return tuple(rows if top is None else rows[:top])
 
 
@@ -27,13 +27,18 @@ def serve_table(res: ServeResults, width: int | None = None, top: int | None = N
     from rich.table import Table
 
     want = plural(res.users, "sequence") if res.users else "one sequence"
-    table = Table(title=f"Serving {res.model}: {want} of {res.context_tokens:,} tokens", title_justify="left")
-    for col in ("GPU", "memory", "GPUs (TP)", "sequences", "weights/GPU", "KV cache/GPU"):
+    target = f", ITL <= {res.max_itl_s * 1e3:g} ms" if res.max_itl_s is not None else ""
+    table = Table(title=f"Serving {res.model}: {want} of {res.context_tokens:,} tokens{target}", title_justify="left")
+    # with a latency target, replicas x TP GPUs share the users; ITL: what each user then sees
+    cols = ("GPU", "memory", "GPUs (TP)", "sequences", *(("ITL ms",) if target else ()), "weights/GPU", "KV cache/GPU")
+    for col in cols:
         table.add_column(col, justify="left" if col == "GPU" else "right", no_wrap=col == "GPU")
     for row in shown_rows(res, top):
         cap = row.capacity or (row.tried[-1] if row.tried else None)
+        gpus = NA if not row.gpus else str(row.gpus) if row.replicas == 1 else f"{row.replicas} x {row.gpus}"
         table.add_row(
-            row.gpu_id, format_bytes(row.memory_bytes), str(row.gpus) if row.gpus else NA, f"{row.max_concurrency:,}",
+            row.gpu_id, format_bytes(row.memory_bytes), gpus, f"{row.max_concurrency:,}",
+            *((f"{row.itl_s * 1e3:,.1f}" if row.itl_s is not None else NA,) if target else ()),
             format_bytes(cap.weights_bytes) if cap else NA,
             format_bytes(max(0, cap.kv_budget_bytes)) if cap else NA,
         )
@@ -56,10 +61,19 @@ def left_out_line(res: ServeResults, top: int | None) -> str | None:
 
 def serve_verdict(res: ServeResults) -> str:
     fitting = [r for r in res.rows if r.gpus is not None]
+    if not fitting and res.max_itl_s is not None:
+        return (f"Verdict: no GPU checked decodes even one sequence within {res.max_itl_s * 1e3:g} ms a token in "
+                "one node's tensor-parallel group (try a looser target, quantised weights or a smaller model)")
     if not fitting:
         return ("Verdict: no GPU checked serves this within one node's tensor-parallel group (try a smaller "
                 "context, an fp8 KV cache or quantised weights)")
-    best = min(fitting, key=lambda r: (r.gpus or 0, -r.max_concurrency))
+    best = min(fitting, key=lambda r: (r.gpus_total or 0, r.gpus or 0, -r.max_concurrency))
     tp = f" at TP={best.gpus}" if (best.gpus or 1) > 1 else ""
+    if res.max_itl_s is not None and best.itl_s is not None and best.concurrency is not None:
+        groups = f"{best.replicas} x {best.gpus}" if best.replicas > 1 else f"{best.gpus}"
+        return (f"Verdict: {groups} x {best.gpu_id}{tp} ({plural(best.gpus_total or 0, 'GPU')}) serve "
+                f"{plural(res.users or 1, 'sequence')} of {res.context_tokens:,} tokens, up to {best.concurrency:,} "
+                f"a replica, at {best.itl_s * 1e3:,.1f} ms a token (target {res.max_itl_s * 1e3:g}); serves on "
+                f"{len(fitting)} of {len(res.rows)} GPU types")
     return (f"Verdict: {best.gpus} x {best.gpu_id}{tp} holds {plural(best.max_concurrency, 'sequence')} of "
             f"{res.context_tokens:,} tokens; serves on {len(fitting)} of {len(res.rows)} GPU types")
