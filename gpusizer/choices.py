@@ -15,6 +15,9 @@ from __future__ import annotations
 from typing import Literal, get_args
 
 Mode = Literal["train", "inference"]
+#: The most concurrent sequences (users) a serving deployment is sized for: the bound the CLI's
+#: options and the engine's checks share
+MAX_USERS = 1 << 20
 #: adam8bit: bitsandbytes 8-bit Adam; paged-adamw-8bit the same with its state in paged (CPU-evictable) memory
 Optimizer = Literal["sgd", "momentum", "adam", "adamw", "adafactor", "adam8bit", "paged-adamw-8bit"]
 #: How the optimizer steps: one fused kernel (the default of transformers' Trainer on

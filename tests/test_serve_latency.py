@@ -58,3 +58,59 @@ def test_a_target_needs_users(cli):
     done = cli("serve", "--model", "llama-3.1-8b", "--max-itl-ms", "5", "--gpu", "h100")
     assert done.exit_code == 2
     assert "--max-itl-ms" in done.stderr and "Traceback" not in done.stderr
+
+
+# ----- recommend --users: the same deployments, one per GPU type, cheapest first -------------
+
+
+def _deployments(cli_json, *extra: str) -> dict:
+    doc = cli_json("recommend", "--workload", "llm-inference", "--model", "llama-3-70b", "--users", "32",
+                   "--seq-len", "4096", "--top", "200", *extra)
+    return doc
+
+
+def test_recommend_users_answers_the_issue_question_as_serve_does(cli_json):
+    doc = _deployments(cli_json, "--max-itl-ms", "50")
+    plan = doc["results"]["plan"]
+    assert plan["objective"] == "serve"
+    assert doc["input"]["users"] == 32 and doc["input"]["max_itl_ms"] == 50
+    by_gpu = {c["gpu_id"]: c for c in plan["configurations"]}
+    h100 = by_gpu["h100-sxm5-80gb"]
+    assert (h100["gpus_total"], h100["replicas"], h100["gpus_per_node"]) == (4, 1, 4)
+    for gpu in ("h100-sxm5-80gb", "rtx-4090", "l40s"):
+        row = cli_json("serve", "--model", "llama-3-70b", "--users", "32", "--context", "4096", "--max-itl-ms", "50",
+                       "--gpu", gpu)["results"]["rows"][0]
+        c = by_gpu[gpu]
+        assert (c["gpus_per_node"], c["replicas"], c["concurrency"]) == (row["gpus"], row["replicas"], row["concurrency"])
+        assert c["itl_s"] == pytest.approx(row["itl_s"], rel=1e-9) and c["itl_s"] <= 0.050
+
+
+def test_recommend_users_ranks_the_cheapest_deployment_first(cli_json):
+    configs = _deployments(cli_json)["results"]["plan"]["configurations"]
+    priced = [c["price_total_usd"] for c in configs if c["price_total_usd"] is not None]
+    assert priced == sorted(priced)
+    # priced deployments come before those of unknown price
+    known = [c["price_total_usd"] is not None for c in configs]
+    assert known == sorted(known, reverse=True)
+    for c in configs:
+        assert c["replicas"] * c["concurrency"] >= 32
+        assert c["price_total_usd"] is None or c["price_total_usd"] == pytest.approx(
+            c["price"]["usd"] * c["gpus_total"])
+
+
+def test_recommend_users_with_a_budget_keeps_what_it_buys(cli_json):
+    configs = _deployments(cli_json, "--budget", "40000")["results"]["plan"]["configurations"]
+    assert configs and all(c["price_total_usd"] is not None and c["price_total_usd"] <= 40000 for c in configs)
+
+
+@pytest.mark.parametrize(("args", "field"), [
+    (("--workload", "llm-train", "--model", "llama-3-70b", "--users", "8"), "--users"),
+    (("--workload", "llm-inference", "--model", "llama-3-70b", "--users", "8", "--gpus", "4"), "--gpus"),
+    (("--workload", "llm-inference", "--model", "llama-3-70b", "--max-itl-ms", "50"), "--max-itl-ms"),
+    (("--workload", "llm-inference", "--model", "llama-3-70b", "--users", "8", "--deadline", "14d",
+      "--tokens", "1B"), "--users"),
+])
+def test_recommend_users_refuses_what_it_cannot_size(cli, args, field):
+    done = cli("recommend", *args)
+    assert done.exit_code == 2, done.stdout
+    assert field in done.stderr and "Traceback" not in done.stderr

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -16,6 +17,7 @@ from gpusizer.api._common import (
     perf_data,
     resolve_model,
 )
+from gpusizer.choices import MAX_USERS
 from gpusizer.domain.precision import RULE_PRECISIONS as RULES
 from gpusizer.domain.shape import ModelShape, beyond_context_note
 from gpusizer.errors import DataFileError, NothingFitsError, UsageError
@@ -52,7 +54,7 @@ def recommend(
     cache_dir: Path | None = None, vendor: str = DEFAULT_VENDOR, deadline: str | None = None,
     max_cost: float | None = None, budget_per_hour: float | None = None, tokens: str | int | None = None,
     epochs: float | None = None, dataset_size: str | int | None = None, system: str | None = None,
-    why_not: Sequence[str] = (), **settings: Any,
+    why_not: Sequence[str] = (), users: int | None = None, max_itl_ms: float | None = None, **settings: Any,
 ) -> RecommendResult:
     """Rank GPUs for a workload (``cnn``, ``llm-train``, ``hpc``, ... or one from ``rules``),
     with every rule's contribution to each score.
@@ -66,7 +68,8 @@ def recommend(
     Whole configurations (``results.plan``, ranking.plan): a ``budget`` without ``gpus`` buys as
     many of each GPU as it can, ranked by predicted throughput; a ``deadline`` (``14d``), a
     ``max_cost`` or a ``budget_per_hour`` in USD, with the job (``tokens``, or ``epochs`` of a
-    ``dataset_size``), picks node counts of the priced cloud systems (data/systems.yaml).
+    ``dataset_size``), picks node counts of the priced cloud systems (data/systems.yaml); ``users``
+    (and ``max_itl_ms``) size a serving deployment per GPU instead (ranking.plan.plan_serving).
     ``system`` assesses one node type: its GPU, at its count (unless ``gpus``), on its fabric and NICs.
     ``settings`` are further :class:`RunConfig` fields, as ``fit_model`` takes them (``checkpointing``,
     ``adapter``, ``offload``, ...), for the memory fit and the speed. ``why_not`` names GPUs to
@@ -87,15 +90,14 @@ def recommend(
     _check_cluster(gpus or 1, nodes, None, 1, None)
     ruleset = load_rules([str(p) for p in rules], cache_dir=cache_dir)
     wl = ruleset.workload(workload)
-    shape = None
-    if any(v is not None for v in (params, model, hf_config)):
-        shape = resolve_model(model, params=params, hf_config=hf_config, cache_dir=cache_dir)
-    elif batch is not None:
+    given = any(v is not None for v in (params, model, hf_config))
+    shape = resolve_model(model, params=params, hf_config=hf_config, cache_dir=cache_dir) if given else None
+    if shape is None and batch is not None:
         raise UsageError("a batch needs a model (by name, parameter count or HF config)", field="batch")
     precision, settings, ckpt_note = checkpoint_run(shape, wl.mode, settings, precision=precision, precisions=RULES)
     cat = catalog or load_catalog(cache_dir=cache_dir)
-    preq = _plan_request(budget if gpus is None and probe is None else None, deadline, max_cost, budget_per_hour,
-                         tokens, epochs, dataset_size, top)
+    preq = _serving_request(_plan_request(budget if gpus is None and probe is None else None, deadline, max_cost,
+                                          budget_per_hour, tokens, epochs, dataset_size, top), users, max_itl_ms, budget, top)
     req = RecommendRequest(
         workload=workload, precision=precision, shape=shape, batch=batch, seq_len=seq_len, image_size=image_size,
         flash_attention=flash_attention, optimizer=optimizer, strategy=_run_strategy(strategy, settings, wl.mode),
@@ -150,7 +152,8 @@ def _inputs(req: RecommendRequest, rec: Recommendation, preq: PlanRequest | None
         "segments": list(req.segments), "vendor": req.vendor, "top": req.top, "sort": req.sort, "local": local,
         "system": req.system, **run, "why_not": [asked for _, asked in req.why_not], "objective": preq.objective if preq else None,
         "deadline_hours": preq.deadline_hours if preq else None, "tokens": preq.tokens if preq else None,
-        "samples": preq.samples if preq else None,
+        "samples": preq.samples if preq else None, "users": preq.users if preq else None,
+        "max_itl_ms": preq.max_itl_s * 1e3 if preq and preq.max_itl_s is not None else None,
     }
 
 
@@ -200,6 +203,10 @@ def _plan(
 
     if preq.objective == "budget":
         return plan_purchase(candidates, ruleset, req, preq, reference=reference, pool=cat.gpus)
+    if preq.objective == "serve":
+        from gpusizer.ranking.plan import plan_serving
+
+        return plan_serving(candidates, ruleset, req, preq, pool=cat.gpus)
     from gpusizer.hardware.systems import load_systems
 
     return plan_cloud(load_systems(cache_dir=cache_dir).systems, cat.gpus, ruleset, req, preq, reference=reference,
@@ -213,12 +220,36 @@ def _check_plan_inputs(preq: PlanRequest | None, gpus: int | None, nodes: int, b
     if preq.objective == "budget" and nodes > 1:
         raise UsageError("a purchase budget chooses the counts, nodes included", hint="drop the nodes, or give the "
                          "GPUs per node too to rank single GPUs at that size", field="nodes")
+    if preq.objective == "serve":
+        if gpus is not None or nodes > 1:
+            raise UsageError("sizing a deployment for users chooses the GPU count", hint="drop the GPU and node counts, "
+                             "or the users", field="gpus_per_node" if gpus is not None else "nodes")
+        return
     if preq.objective != "budget":
         given = [n for n, v in (("gpus_per_node", gpus), ("budget_usd", budget)) if v is not None]
         if given or nodes > 1:
             raise UsageError(f"a cloud objective chooses each system's node count; {(given or ['nodes'])[0]} "
                              "would be ignored", hint="drop it, or leave out the cloud objective",
                              field=(given or ["nodes"])[0])
+
+
+def _serving_request(
+    preq: PlanRequest | None, users: int | None, max_itl_ms: float | None, budget: float | None, top: int,
+) -> PlanRequest | None:
+    """The serving objective when users are given (a purchase budget then caps its price)."""
+    if users is None:
+        if max_itl_ms is not None:
+            raise UsageError("a latency target sizes the GPUs for a number of users: give the users",
+                             field="max_itl_ms")
+        return preq
+    if preq is not None and preq.objective != "budget":
+        raise UsageError(f"give the users or a cloud objective ({preq.objective}), not both", field="users")
+    if not 1 <= users <= MAX_USERS:
+        raise UsageError(f"the users must be a whole number from 1 to {MAX_USERS:,}", field="users")
+    if max_itl_ms is not None and not 0 < max_itl_ms < math.inf:
+        raise UsageError(f"the latency target {max_itl_ms:g} ms must be a positive number", field="max_itl_ms")
+    return PlanRequest(objective="serve", users=users, budget_usd=budget, top=top,
+                       max_itl_s=max_itl_ms / 1e3 if max_itl_ms is not None else None)
 
 
 def _plan_request(

@@ -48,6 +48,8 @@ class ServeRow(BaseModel):
     replicas: int = 1
     concurrency: int | None = None
     itl_s: float | None = None
+    #: the ITL is a lower bound: matrix-vector decode timed without the per-SM cap (estimate's upper_bound)
+    itl_lower_bound: bool = False
 
     @property
     def gpus_total(self) -> int | None:
@@ -116,7 +118,7 @@ def _latency_row(
     return ServeRow(gpu_id=g.id, gpu_name=g.name, memory_bytes=g.memory_bytes, gpus=dep.tp if dep else None,
                     max_concurrency=best.max_concurrency, capacity=cap, tried=tuple(caps.values()),
                     replicas=dep.replicas if dep else 1, concurrency=dep.concurrency if dep else None,
-                    itl_s=dep.speed.itl_s if dep else None)
+                    itl_s=dep.speed.itl_s if dep else None, itl_lower_bound=dep.speed.upper_bound if dep else False)
 
 
 def serve(
@@ -161,6 +163,11 @@ def serve(
         max_itl_s = _latency_target(max_itl_ms, users)
         rows = [_latency_row(shape, cfg, r.gpu, context, users or 1, max_itl_s, tp, max_tp, gpu_memory_utilization)
                 for r in resolved]
+        low = [r.gpu_id for r in rows if r.itl_lower_bound]
+        if low:
+            notes.append(f"the inter-token latency is a lower bound on {', '.join(low)}: their decode is timed without "
+                         "the per-SM cap calibrated on NVIDIA GPUs (estimate on each says why), so they may need more "
+                         "GPUs than shown")
     for res in resolved if max_itl_ms is None else ():
         g = res.gpu
         if tp is not None:

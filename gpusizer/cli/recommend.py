@@ -13,7 +13,7 @@ import typer
 if TYPE_CHECKING:
     from gpusizer.api import RecommendResult
 
-from gpusizer.choices import Sort
+from gpusizer.choices import MAX_USERS, Sort
 from gpusizer.cli import options as cli
 from gpusizer.cli.options import (
     CONSTRAINTS,
@@ -108,6 +108,13 @@ PerHourOpt = Annotated[float | None, typer.Option(
 RecTokensOpt = Annotated[str | None, typer.Option("--tokens", metavar="COUNT", rich_help_panel=RUN, help="The job for a cloud objective: tokens, e.g. 1T.")]
 RecEpochsOpt = Annotated[float | None, typer.Option("--epochs", **real(0), metavar="N", rich_help_panel=RUN, help="The job: epochs (with --dataset-size).")]
 RecDatasetOpt = Annotated[str | None, typer.Option("--dataset-size", metavar="COUNT", rich_help_panel=RUN, help="Samples per epoch, e.g. 1.28M.")]
+RecUsersOpt = Annotated[int | None, typer.Option(
+    "--users", min=1, max=MAX_USERS, metavar="N", rich_help_panel=CONSTRAINTS,
+    help="Serving (an inference workload and a decoder): size a deployment for this many concurrent sequences of "
+         "--seq-len tokens: for each GPU the fewest GPUs (replicas of one TP size), cheapest first.")]
+RecItlOpt = Annotated[float | None, typer.Option(
+    "--max-itl-ms", **real(0.001, 1e6), metavar="MS", rich_help_panel=CONSTRAINTS,
+    help="With --users: the inter-token latency each user may see, in ms.")]
 WhyNotOpt = Annotated[list[str] | None, typer.Option(
     "--why-not", metavar="GPU", rich_help_panel=OUTPUT, autocompletion=complete_gpu, help="Say why this GPU is not first: its exclusions, or how it compares (repeatable).")]
 ShowExcludedOpt = Annotated[bool, typer.Option("--show-excluded", rich_help_panel=OUTPUT, help="List excluded GPUs and why.")]
@@ -116,8 +123,8 @@ LocalOpt = Annotated[bool, typer.Option("--local", rich_help_panel=HARDWARE, hel
 
 @recommend_app.command("recommend", epilog=examples(
     "gpusizer recommend --workload cnn",
-    "gpusizer recommend -w llm-inference --model llama-2-7b --top 5 --explain",
     "gpusizer recommend -w llm-train --model gpt2 --budget 9000 --why-not a100",
+    "gpusizer recommend -w llm-inference --model llama-3-70b --users 32",
 ))
 @guarded
 def recommend_cmd(
@@ -151,6 +158,8 @@ def recommend_cmd(
     deadline: DeadlineOpt = None,
     max_cost: MaxCostOpt = None,
     budget_per_hour: PerHourOpt = None,
+    users: RecUsersOpt = None,
+    max_itl_ms: RecItlOpt = None,
     tokens: RecTokensOpt = None,
     epochs: RecEpochsOpt = None,
     dataset_size: RecDatasetOpt = None,
@@ -185,6 +194,7 @@ def recommend_cmd(
         max_cost=max_cost, budget_per_hour=budget_per_hour, tokens=tokens, epochs=epochs, dataset_size=dataset_size,
         system=system, checkpointing=checkpointing, adapter=cli.adapter_settings(lora, qlora, lora_targets, double_quant),
         offload=offload, offload_to=offload_to, weight_format=weights, loss=loss, why_not=tuple(why_not or ()),
+        users=users, max_itl_ms=max_itl_ms,
     )
     cli.write_report(ctx, report, result)
     _print_recommend(ctx, result, json_out, show_excluded, explain)

@@ -6,6 +6,7 @@ from typing import Annotated
 
 import typer
 
+from gpusizer.choices import MAX_USERS
 from gpusizer.cli.options import (
     CONSTRAINTS,
     HARDWARE,
@@ -38,7 +39,7 @@ ContextOpt = Annotated[int, typer.Option(
     "--context", min=1, max=1 << 24, metavar="TOKENS", rich_help_panel=RUN,
     help="Tokens per sequence the cache must hold: prompt plus generated tokens.")]
 UsersOpt = Annotated[int | None, typer.Option(
-    "--users", min=1, max=1 << 20, metavar="N", rich_help_panel=CONSTRAINTS,
+    "--users", min=1, max=MAX_USERS, metavar="N", rich_help_panel=CONSTRAINTS,
     help="Concurrent sequences to serve; the answer is the fewest GPUs (tensor-parallel) that hold them.")]
 TpOpt = Annotated[int | None, typer.Option(
     "--tp", min=1, max=1024, metavar="N", rich_help_panel=HARDWARE, help="Fix the tensor-parallel size instead of searching for the fewest.")]

@@ -49,6 +49,8 @@ class ServingSpeed(BaseModel):
     limited_by: Literal["latency", "memory"] | None = None
     #: with a latency target: sequences of the context memory holds (serve's paged KV cache)
     memory_concurrency: int | None = None
+    #: the decode step is a lower bound, so the rates are upper bounds (PerfEstimate.upper_bound)
+    upper_bound: bool = False
 
 
 def serving_speed(
@@ -68,6 +70,7 @@ def serving_speed(
     return ServingSpeed(
         concurrency=concurrency, context_tokens=context, prompt_tokens=prompt, ttft_s=prefill.step_time_s,
         itl_s=itl, per_user_tokens_s=1.0 / itl, aggregate_tokens_s=decode.throughput_per_s,
+        upper_bound=decode.upper_bound,
     )
 
 
@@ -125,15 +128,15 @@ class LatencyDeployment(BaseModel):
 
 def fewest_gpus_within_latency(
     gpu: Gpu, shape: ModelShape, cfg: RunConfig, held: Mapping[int, int], *, context: int, users: int,
-    max_itl_s: float, **kwargs: Any,
+    max_itl_s: float | None, **kwargs: Any,
 ) -> LatencyDeployment | None:
     """The fewest GPUs, as replicas of one tensor-parallel size, that decode ``users``
-    sequences of ``context`` tokens with an inter-token latency of at most ``max_itl_s``.
-    ``held``: for each tensor-parallel size to try, the sequences its KV cache holds
-    (memory.serving.serving_capacity). For each size, the largest concurrency that meets the
-    target within what memory holds (:func:`concurrency_for_latency`) sets the replicas
-    needed; the size with the fewest GPUs in all wins (the smaller size on a tie). None when
-    no size meets the target even with one sequence a replica."""
+    sequences of ``context`` tokens with an inter-token latency of at most ``max_itl_s``
+    (None: any latency, memory alone). ``held``: for each tensor-parallel size to try, the
+    sequences its KV cache holds (memory.serving.serving_capacity). For each size, the largest
+    concurrency that meets the target within what memory holds (:func:`concurrency_for_latency`)
+    sets the replicas needed; the size with the fewest GPUs in all wins (the smaller size on a
+    tie). None when no size meets the target even with one sequence a replica."""
     best: LatencyDeployment | None = None
     for tp, most in sorted(held.items()):
         if best is not None and best.gpus_total <= tp:
@@ -141,8 +144,13 @@ def fewest_gpus_within_latency(
         if most < 1:
             continue
         run = cfg.model_copy(update=tensor_parallel(tp))
-        found = concurrency_for_latency(gpu, shape, run, context=context, prompt=context, max_itl_s=max_itl_s,
-                                        limit=min(most, users), **kwargs)
+        found: ServingSpeed | None
+        if max_itl_s is None:
+            found = serving_speed(gpu, shape, run, context=context, prompt=context, concurrency=min(most, users),
+                                  **kwargs)
+        else:
+            found = concurrency_for_latency(gpu, shape, run, context=context, prompt=context, max_itl_s=max_itl_s,
+                                            limit=min(most, users), **kwargs)
         if found is None:
             continue
         replicas = -(-users // found.concurrency)
@@ -150,7 +158,7 @@ def fewest_gpus_within_latency(
         # switch a smaller batch need not be faster); else replicas run ``found``'s concurrency
         share = serving_speed(gpu, shape, run, context=context, prompt=context, concurrency=-(-users // replicas),
                               **kwargs).model_copy(update={"max_itl_s": max_itl_s})
-        speed = share if share.itl_s <= max_itl_s else found
+        speed = share if max_itl_s is None or share.itl_s <= max_itl_s else found
         if best is None or tp * replicas < best.gpus_total:
             best = LatencyDeployment(tp=tp, replicas=replicas, concurrency=speed.concurrency, speed=speed)
     return best

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict
 
 from gpusizer.hardware.catalog import Price
 
-Objective = Literal["budget", "deadline", "max-cost", "budget-per-hour"]
+Objective = Literal["budget", "deadline", "max-cost", "budget-per-hour", "serve"]
 _FROZEN = ConfigDict(frozen=True, defer_build=True)
 
 
@@ -25,6 +25,10 @@ class PlanRequest(BaseModel):
     #: the job, for the cloud objectives: tokens, or samples (epochs x dataset size)
     tokens: float | None = None
     samples: float | None = None
+    #: serving: the sequences served at once (their context is the run's sequence length), and the
+    #: inter-token latency target in seconds (None: memory alone sets the GPUs)
+    users: int | None = None
+    max_itl_s: float | None = None
     top: int = 10
 
 

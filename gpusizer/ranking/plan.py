@@ -28,11 +28,11 @@ from gpusizer.domain.shape import ModelShape
 from gpusizer.errors import UsageError
 from gpusizer.hardware.catalog import Gpu
 from gpusizer.hardware.systems import System
-from gpusizer.memory.serving import MAX_NUM_SEQS, tp_sizes
+from gpusizer.memory.serving import MAX_NUM_SEQS, serving_capacity, tp_sizes
 from gpusizer.performance.planning import training_seconds
 from gpusizer.ranking.configs import Configuration, Plan, PlanRequest
 from gpusizer.ranking.rules import RuleSet
-from gpusizer.ranking.search import Candidate, GpuResult, RecommendRequest, input_seq_len, recommend
+from gpusizer.ranking.search import Candidate, GpuResult, RecommendRequest, input_seq_len, recommend, run_config
 from gpusizer.units import format_count, format_duration, plural
 
 #: cloud node counts tried: 1, 2, 4, ... up to this
@@ -92,6 +92,75 @@ def plan_purchase(
                 configurations=numbered, considered=considered, met=len(configs),
                 notes=notes + upper_bound_notes(numbered) + _base_notes(base.notes), closest=closest,
                 shortfall=None if configs else _shortfall("budget", closest))
+
+
+def plan_serving(
+    candidates: Sequence[Candidate], rules: RuleSet, req: RecommendRequest, preq: PlanRequest, *,
+    pool: Sequence[Gpu] | None = None,
+) -> Plan:
+    """Serving: for each qualifying GPU, the fewest GPUs, as replicas of one tensor-parallel size
+    (up to a node's), whose paged KV caches hold ``preq.users`` sequences of the run's context and,
+    with ``preq.max_itl_s``, decode them within that latency (performance.serving.
+    fewest_gpus_within_latency, at serve's capacity and estimate's speed); ranked by the GPUs'
+    price, then their count. A budget drops deployments that cost more or whose price is unknown."""
+    from gpusizer.performance.serving import fewest_gpus_within_latency
+
+    shape = req.shape
+    wl = rules.workload(req.workload)
+    if preq.users is None or wl.mode != "inference" or shape is None or shape.transformer is None \
+            or not shape.transformer.has_kv_cache:
+        raise UsageError("sizing a deployment for users needs an inference workload and a decoder model",
+                         hint="e.g. the llm-inference workload with a model", field="users")
+    single = req.model_copy(update={"gpus_per_node": 1, "nodes": 1, "top": None, "budget_usd": None})
+    base = recommend(candidates, rules, single, pool=pool)
+    cfg, context = run_config(rules, single), input_seq_len(req, wl.speed, shape)
+    by_id = {c.gpu.id: c for c in candidates}
+    configs: list[Configuration] = []
+    over: list[Configuration] = []
+    qualifying = _qualifying(base)
+    for res in qualifying:
+        cand = by_id[res.gpu_id]
+        held = {t: serving_capacity(shape, cfg.model_copy(update=tensor_parallel(t)), cand.capacity_bytes,
+                                    context).max_concurrency for t in tp_sizes(shape.transformer, NODE_GPUS)}
+        dep = fewest_gpus_within_latency(cand.gpu, shape, cfg, held, context=context, users=preq.users,
+                                         max_itl_s=preq.max_itl_s, compute_precision=base.precision,
+                                         tf32=base.tf32, **req.perf_data)
+        if dep is None:
+            continue
+        total = dep.gpus_total
+        layout = f"TP={dep.tp}" if dep.replicas == 1 else f"{dep.replicas:,} x TP={dep.tp}"
+        config = Configuration(
+            label=f"{total:,} x {res.gpu_id} ({layout})" if dep.tp > 1 or dep.replicas > 1 else f"1 x {res.gpu_id}",
+            gpu_id=res.gpu_id, gpus_per_node=dep.tp, nodes=dep.replicas, gpus_total=total,
+            strategy=str(tensor_parallel(dep.tp)["strategy"]), throughput_per_s=dep.aggregate_tokens_s,
+            unit="tokens/s", price_total_usd=res.price.usd * total if res.price is not None else None,
+            price=res.price, score=res.score, reasons=tuple(c.message for c in res.reasons[:2]),
+            reason_fields=tuple(c.field for c in res.reasons[:2]), advisories=tuple(a.message for a in res.advisories),
+            replicas=dep.replicas, concurrency=dep.concurrency, itl_s=dep.speed.itl_s, upper_bound=dep.speed.upper_bound)
+        if preq.budget_usd is not None and (config.price_total_usd is None or config.price_total_usd > preq.budget_usd):
+            over.append(config)
+            continue
+        configs.append(config)
+    configs.sort(key=_serving_order)
+    within = f" within {preq.max_itl_s * 1e3:g} ms a token" if preq.max_itl_s is not None else ""
+    goal = f"the cheapest GPUs that serve {plural(preq.users, 'sequence')} of {context:,} tokens{within}"
+    closest = None if configs else min((c for c in over if c.price_total_usd is not None), key=_serving_order, default=None)
+    shortfall = None if configs else (
+        f"the budget buys no deployment that serves them; the cheapest, {closest.label}, costs "
+        f"${closest.price_total_usd:,.0f}" if closest is not None and closest.price_total_usd is not None
+        else "no GPU checked serves them within one node's tensor-parallel groups")
+    notes = (f"replicas of one tensor-parallel size (up to {NODE_GPUS} GPUs) share the sequences; each holds its share "
+             f"in its paged KV cache (serve's accounting) and decodes it at estimate's speed",
+             "GPU prices only (street, else launch): no hosts, power or networking")
+    numbered = _numbered(configs, preq.top)
+    return Plan(objective="serve", goal=goal, configurations=numbered, considered=len(qualifying),
+                met=len(configs), notes=notes + upper_bound_notes(numbered) + _base_notes(base.notes), closest=closest,
+                shortfall=shortfall)
+
+
+def _serving_order(c: Configuration) -> tuple[bool, float, int, float]:
+    """Serving deployments, best first: priced before unknown, cheaper, fewer GPUs, faster."""
+    return c.price_total_usd is None, c.price_total_usd or 0.0, c.gpus_total, -c.throughput_per_s
 
 
 def plan_cloud(

@@ -666,6 +666,11 @@ def _prepare(rules: RuleSet, req: RecommendRequest) -> _Run:
     )
 
 
+def run_config(rules: RuleSet, req: RecommendRequest) -> RunConfig:
+    """The run ``req`` sizes and times (its memory fit's RunConfig), checked."""
+    return _prepare(rules, req).mem_cfg
+
+
 def recommend(
     candidates: Sequence[Candidate],
     rules: RuleSet,

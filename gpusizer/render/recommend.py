@@ -314,7 +314,7 @@ def _hours_cell(hours: float | None) -> str:
 def plan_text(plan: Plan, configurations: Sequence[Configuration] | None = None) -> str:
     """The configurations, best first by the objective, with one line of reasons under each;
     ``configurations``: these instead of the plan's (its closest miss, numbered "-")."""
-    cloud = plan.objective != "budget"
+    cloud = plan.objective not in ("budget", "serve")  # (the cloud objectives rent; these two buy)
     shown = plan.configurations if configurations is None else configurations
     unit = next((UNIT_SHORT.get(c.unit, c.unit) for c in shown), "speed")
     # serving: replicas exchange nothing, so the sequences each decodes stand where scaling would

@@ -71,7 +71,8 @@ def serve_verdict(res: ServeResults) -> str:
     tp = f" at TP={best.gpus}" if (best.gpus or 1) > 1 else ""
     if res.max_itl_s is not None and best.itl_s is not None and best.concurrency is not None:
         groups = f"{best.replicas} x {best.gpus}" if best.replicas > 1 else f"{best.gpus}"
-        return (f"Verdict: {groups} x {best.gpu_id}{tp} ({plural(best.gpus_total or 0, 'GPU')}) serve "
+        verb = "serves" if best.gpus_total == 1 else "serve"
+        return (f"Verdict: {groups} x {best.gpu_id}{tp} ({plural(best.gpus_total or 0, 'GPU')}) {verb} "
                 f"{plural(res.users or 1, 'sequence')} of {res.context_tokens:,} tokens, up to {best.concurrency:,} "
                 f"a replica, at {best.itl_s * 1e3:,.1f} ms a token (target {res.max_itl_s * 1e3:g}); serves on "
                 f"{len(fitting)} of {len(res.rows)} GPU types")
