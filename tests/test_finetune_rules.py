@@ -304,3 +304,25 @@ def test_recommend_sizes_an_offloading_run_as_zero_offload_and_shards_it_with_ze
     assert doc["input"]["strategy"] == "zero2"
     configs = doc["results"]["plan"]["configurations"]
     assert configs and {c["strategy"] for c in configs} <= {"zero2", "zero3"}
+
+
+@pytest.mark.parametrize("optimizer", ["adam8bit", "paged-adamw-8bit"])
+@pytest.mark.parametrize(("offload", "strategy", "framework"), [
+    ("optimizer", "ddp", "DeepSpeed's ZeRO-Offload"), ("optimizer", "zero2", "DeepSpeed's ZeRO-Offload"),
+    ("all", "zero3", "DeepSpeed's ZeRO-Offload"), ("all", "fsdp", "PyTorch FSDP's CPU offload")])
+def test_bitsandbytes_8bit_optimizers_refuse_a_host_optimizer_step(cli, optimizer, offload, strategy, framework):
+    """bitsandbytes' 8-bit optimizers are CUDA kernels; ZeRO-Offload steps the host's state with
+    DeepSpeed's CPU Adam and FSDP's CPU offload steps on CPU tensors, so both refuse them. Weights
+    alone offloaded (ZeRO-3 offload_param) leave the step on the GPU."""
+    base = ("fit-model", "--model", "llama-2-7b", "--gpu", "h100-sxm5-80gb", "--optimizer", optimizer,
+            "--gpus", "2", "--json")
+    result = cli(*base, "--strategy", strategy, "--offload", offload)
+    assert result.exit_code == ExitCode.USAGE
+    error = json.loads(result.stdout)["error"]
+    assert error["message"].startswith(f"--optimizer: {optimizer} (a bitsandbytes 8-bit optimizer)")
+    what = "the optimizer" if offload == "optimizer" else "everything"
+    assert f"offloading {what} moves the optimizer step to the host ({framework})" in error["message"]
+    assert "adamw" in error["hint"]
+    weights_only = cli(*base, "--strategy", "zero3", "--offload", "params")
+    assert weights_only.exit_code == 0
+    assert json.loads(weights_only.stdout)["results"]["breakdown"]["optimizer_bytes"] > 0

@@ -13,6 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from gpusizer.choices import BNB_OPTIMIZERS
 from gpusizer.domain.finetune import (
     Adapter,
     adapter_input_elements,
@@ -803,7 +804,7 @@ def optimizer_bytes(shape: ModelShape, cfg: RunConfig) -> int:
     master = 0 if train.adapters else train.params * cfg.storage.master_weight_bytes
     if cfg.optimizer == "adafactor" and not train.adapters:
         return 4 * adafactor_state_elements(shape) + master
-    if cfg.optimizer in ("adam8bit", "paged-adamw-8bit"):
+    if cfg.optimizer in BNB_OPTIMIZERS:
         # bitsandbytes: m and v in 8 bits, one fp32 absmax per 2048-element block each
         return int(train.params * (2 + 2 * 4 / 2048)) + master
     # Adafactor's factors of rank-r adapter matrices are about as large as the matrices
@@ -1128,7 +1129,7 @@ def _offload(state: _State, shape: ModelShape, cfg: RunConfig, trained: int, sta
     if cfg.offload == "activations" and cfg.offload_to != "cpu":
         raise UsageError("offloaded activations live in host RAM (pinned memory), not on NVMe",
                          hint="offload them to the CPU", field="offload-to")
-    check_offload(cfg.strategy, cfg.offload, cfg.offload_to, cfg.training, cfg.layout_degrees)
+    check_offload(cfg.strategy, cfg.offload, cfg.offload_to, cfg.training, cfg.layout_degrees, cfg.optimizer)
     if cfg.offload in ("params", "all") and cfg.gpus > 1 and not shards_weights(cfg.strategy):
         raise UsageError("offloading the weights streams each GPU's shard: it needs ZeRO-3 or FSDP over several GPUs",
                          hint="shard with ZeRO-3 or FSDP, or offload the optimizer only", field="offload")
