@@ -26,6 +26,8 @@ Optimizer = Literal["sgd", "momentum", "adam", "adamw", "adafactor", "adam8bit",
 #: Adam's two fp32 moments, and the 8-bit optimizer that keeps them in a byte each (fit-model's remedies)
 ADAM_OPTIMIZERS: tuple[str, ...] = ("adam", "adamw")
 EIGHT_BIT_ADAM: Optimizer = "adam8bit"
+#: bitsandbytes' 8-bit optimizers: CUDA kernels that step state on the GPU
+BNB_OPTIMIZERS: tuple[str, ...] = ("adam8bit", "paged-adamw-8bit")
 OptimizerImpl = Literal["fused", "foreach", "per-tensor"]
 Head = Literal["lm", "classifier"]
 #: Inference logits: the last position only (generate(), serving engines) or every position (a plain forward pass, scoring)

@@ -15,6 +15,7 @@ import pytest
 import gpusizer
 from gpusizer.domain.precision import WEIGHT_FORMATS, checkpoint_quantization
 from gpusizer.domain.run import RunConfig
+from gpusizer.errors import ExitCode
 from gpusizer.memory.estimate import estimate_memory
 from gpusizer.models.hfconfig import model_from_hf_config
 from tests.test_hfconfig import LLAMA_3_8B, NEW_FAMILY_CONFIGS, QWEN2_7B
@@ -132,3 +133,38 @@ def test_recommend_ranks_the_checkpoints_weights(tmp_path, cli_json):
     doc = cli_json("recommend", "--workload", "llm-inference", "--hf-config", str(bnb), "--top", "1")
     assert doc["input"]["precision"] != "int4"
     assert any("the checkpoint's weights are int4" in n and "does not rank" in n for n in doc["notes"])
+
+
+@pytest.mark.parametrize(("quant", "key", "expected"), [
+    ({**LLAMA31_8B_GPTQ, "bits": "four"}, "quantization_config.bits", "an integer, got str 'four'"),
+    ({**LLAMA31_8B_GPTQ, "bits": True}, "quantization_config.bits", "an integer, got bool True"),
+    ({**QWEN25_7B_AWQ, "group_size": "128"}, "quantization_config.group_size", "an integer, got str '128'"),
+    ({"quant_method": 5}, "quantization_config.quant_method", "a string, got int 5"),
+    ([], "quantization_config", "an object, got list []"),
+    ({**LLAMA3_8B_BNB_4BIT, "load_in_4bit": "yes"}, "quantization_config.load_in_4bit", "true or false, got str 'yes'"),
+    ({"quant_method": "compressed-tensors", "config_groups": {"group_0": {"weights": {"num_bits": "8"}}}},
+     "quantization_config.config_groups.group_0.weights.num_bits", "an integer, got str '8'"),
+], ids=["bits-word", "bits-bool", "group-string", "method-number", "list", "bnb-flag", "compressed-bits"])
+def test_a_malformed_quantization_config_is_a_data_error_naming_the_file_and_key(tmp_path, cli, quant, key,
+                                                                                  expected):
+    """A quantization_config transformers could not read is refused (exit 3, one line naming the
+    file and the key), as the config's other keys are, instead of being sized as fp16 weights."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**LLAMA_3_8B, "quantization_config": quant}))
+    result = cli("fit-model", "--hf-config", str(path), "--inference", "--gpu", "l4", "--json")
+    assert result.exit_code == ExitCode.DATA
+    message = json.loads(result.stdout)["error"]["message"]
+    assert message == f"{path}: key '{key}' must be {expected}"
+
+
+def test_a_config_without_quant_method_is_bitsandbytes_when_it_loads_in_4_bits_else_unmapped(tmp_path, cli_json):
+    """transformers' AutoQuantizationConfig.from_dict takes a config with load_in_4bit or
+    load_in_8bit and no quant_method as bitsandbytes' (older BitsAndBytesConfig files); MLX's
+    {"bits": 4, "group_size": 64} has no weight format here and the run says so."""
+    legacy = {k: v for k, v in LLAMA3_8B_BNB_4BIT.items() if k != "quant_method"}
+    q = checkpoint_quantization(legacy)
+    assert q is not None and (q.quant_method, q.precision) == ("bitsandbytes", "int4")
+    mlx = _write(tmp_path, "mlx-4bit", LLAMA_3_8B, {"bits": 4, "group_size": 64})
+    doc = cli_json("fit-model", "--hf-config", str(mlx), "--inference", "--gpu", "l4")
+    assert doc["input"]["precision"] == "fp16" and doc["input"]["weight_format"] is None
+    assert any("quantization_config (no quant_method) has no weight format in gpusizer" in n for n in doc["notes"])

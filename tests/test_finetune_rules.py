@@ -16,6 +16,7 @@ from gpusizer.domain.shape import ModelShape, TransformerShape
 from gpusizer.errors import ExitCode, UsageError
 from gpusizer.memory.estimate import (
     OFFLOAD_RESIDENT_LAYERS,
+    TRANSIENT_BUFFERS,
     deepspeed_bucket_bytes,
     estimate_memory,
     fsdp_root_bytes,
@@ -304,3 +305,66 @@ def test_recommend_sizes_an_offloading_run_as_zero_offload_and_shards_it_with_ze
     assert doc["input"]["strategy"] == "zero2"
     configs = doc["results"]["plan"]["configurations"]
     assert configs and {c["strategy"] for c in configs} <= {"zero2", "zero3"}
+
+
+@pytest.mark.parametrize("optimizer", ["adam8bit", "paged-adamw-8bit"])
+@pytest.mark.parametrize(("offload", "strategy", "framework"), [
+    ("optimizer", "ddp", "DeepSpeed's ZeRO-Offload"), ("optimizer", "zero2", "DeepSpeed's ZeRO-Offload"),
+    ("all", "zero3", "DeepSpeed's ZeRO-Offload"), ("all", "fsdp", "PyTorch FSDP's CPU offload")])
+def test_bitsandbytes_8bit_optimizers_refuse_a_host_optimizer_step(cli, optimizer, offload, strategy, framework):
+    """bitsandbytes' 8-bit optimizers are CUDA kernels; ZeRO-Offload steps the host's state with
+    DeepSpeed's CPU Adam and FSDP's CPU offload steps on CPU tensors, so both refuse them. Weights
+    alone offloaded (ZeRO-3 offload_param) leave the step on the GPU."""
+    base = ("fit-model", "--model", "llama-2-7b", "--gpu", "h100-sxm5-80gb", "--optimizer", optimizer,
+            "--gpus", "2", "--json")
+    result = cli(*base, "--strategy", strategy, "--offload", offload)
+    assert result.exit_code == ExitCode.USAGE
+    error = json.loads(result.stdout)["error"]
+    assert error["message"].startswith(f"--optimizer: {optimizer} (a bitsandbytes 8-bit optimizer)")
+    what = "the optimizer" if offload == "optimizer" else "everything"
+    assert f"offloading {what} moves the optimizer step to the host ({framework})" in error["message"]
+    assert "adamw" in error["hint"]
+    weights_only = cli(*base, "--strategy", "zero3", "--offload", "params")
+    assert weights_only.exit_code == 0
+    assert json.loads(weights_only.stdout)["results"]["breakdown"]["optimizer_bytes"] > 0
+
+
+def test_lora_zero_offload_holds_the_whole_reduce_bucket_and_an_adapter_sized_copy_buffer(cli_json):
+    """A LoRA run offloading its optimizer (ZeRO-2 on one GPU): DeepSpeed allocates the reduce
+    bucket at reduce_bucket_size elements whatever is trained (setup_buckets, stage_1_and_2.py:
+    5e8 x 2 bytes in its bf16 mode), and copies gradients through a buffer of the largest trained
+    parameter, in the dtype DeepSpeed casts the module to: Llama 2 7B's largest LoRA rank-16
+    matrix is 16 x 11,008 elements, 352,256 bytes in bf16 (not the adapters' fp32 704,512)."""
+    doc = cli_json("fit-model", "--model", "llama-2-7b", "--lora", "16", "--offload", "optimizer",
+                   "--gpu", "rtx4090", code=ExitCode.NOTHING_FITS)
+    breakdown = doc["results"]["breakdown"]
+    parts = {p["name"]: p for p in breakdown["transient_parts"]}
+    assert parts["ZeRO reduce bucket"]["bytes"] == 500_000_000 * 2
+    assert parts["offload copy buffer"]["bytes"] == 16 * 11_008 * 2
+    assert "largest trained gradient" in parts["offload copy buffer"]["explanation"]
+    assert sum(p["bytes"] for p in parts.values()) == breakdown["transient_bytes"]
+    assert any("16-bit copy buffer of the largest trained parameter" in n and "(344.00 KiB each)" in n
+               for n in breakdown["notes"])
+
+
+@pytest.mark.parametrize("settings", [
+    {"strategy": "fsdp", "gpus": 8, "checkpointing": True},
+    {"strategy": "zero3", "gpus": 8, "offload": "all"},
+    {"strategy": "zero2", "gpus": 4, "offload": "optimizer", "micro_batches": 2},
+    {"strategy": "ddp", "gpus": 2, "precision": "mixed"},
+    {"strategy": "fsdp", "gpus": 2, "adapter": Adapter(rank=8, base_quantisation="nf4"), "precision": "bf16"},
+    {"gpus": 1, "offload": "params", "strategy": "zero3", "precision": "bf16"},
+    {"mode": "inference", "precision": "int4"},
+    {"mode": "inference", "precision": "mixed"},
+    {"tied": True, "precision": "bf16"},
+])
+def test_every_transient_buffer_is_named_and_explained(settings):
+    """The breakdown's transient row is the sum of named buffers, each with its explanation."""
+    settings = dict(settings)
+    shape = gpusizer.resolve_model("llama-3.2-1b" if settings.pop("tied", False) else "llama-2-7b")
+    cfg = RunConfig.model_validate({"mode": "train", "batch": 2, "seq_len": 2048, **settings})
+    b = estimate_memory(shape, cfg)
+    assert b.transient_bytes > 0 and b.transient_parts
+    assert sum(p.bytes for p in b.transient_parts) == b.transient_bytes
+    for part in b.transient_parts:
+        assert part.bytes > 0 and part.explanation == TRANSIENT_BUFFERS[part.name]

@@ -75,3 +75,52 @@ def test_no_fabric_advisory_reads_unknown_as_unknown_and_names_the_vendor_link(c
     assert fired("b100") == [] and fired("mi300x") == [] and fired("gaudi3") == []
     assert fired("rtx-pro-6000-blackwell") and fired("rtx-pro-6000-blackwell")[0].startswith("no NVLink:")
     assert fired("mi210") and fired("mi210")[0].startswith("no Infinity Fabric (xGMI) link:")
+
+
+def test_every_host_link_of_the_catalog_is_a_sourced_row(cat):
+    links = load_interconnects()
+    rows = {r.id: r for r in links.host_links}
+    named = {g.id: g.host_link for g in cat.gpus if g.host_link is not None}
+    assert {"gh200-96gb", "gh200-144gb", "gb200", "gb300"} <= set(named)
+    for gpu, link in named.items():
+        assert link in rows, gpu
+        assert {"bandwidth_gb_s", "efficiency"} <= {f for s in rows[link].sources for f in s.fields}
+
+
+@pytest.mark.parametrize(("gpu", "per_direction"), [
+    ("gh200-96gb", 450),  # NVIDIA: NVLink-C2C 900 GB/s total, 450 GB/s per direction
+    ("gb200", 900 / 2 / 2),  # NVIDIA: 900 GB/s bidirectional for the superchip's two GPUs
+])
+def test_grace_superchips_time_offload_over_nvlink_c2c_not_pcie(cli_json, gpu, per_direction):
+    """A one-GPU offloading run's communication is its offload traffic. A Grace superchip moves it
+    over NVLink-C2C at 75% of the link (Schieffer et al. 2024: 375 + 297 of 900 GB/s), an H100
+    SXM over PCIe 5.0 x16 (63 GB/s a direction) at 80%: the offload time scales by their ratio."""
+    def offload(g: str) -> dict:
+        return cli_json("estimate", "--model", "llama-2-7b", "--offload", "optimizer", "--gpu", g)["results"]
+
+    c2c, pcie = offload(gpu), offload("h100-sxm5-80gb")
+    assert c2c["comm_s"] == pytest.approx(pcie["comm_s"] * (63.0 * 0.8) / (per_direction * 0.75), rel=1e-9)
+    assert any("over NVLink-C2C" in n for n in c2c["estimate"]["notes"])
+    # the lone-GPU baseline a multi-GPU run is compared with times its offload the same way
+    four = cli_json("estimate", "--model", "llama-2-7b", "--offload", "optimizer", "--gpu", gpu,
+                    "--gpus", "4")["results"]
+    assert four["speedup_vs_1gpu"] == pytest.approx(four["throughput_per_s"] / c2c["throughput_per_s"], rel=1e-6)
+
+
+@pytest.mark.parametrize("gpu", ["mi250", "mi250x"])
+def test_mi250_nodes_time_their_infinity_fabric_not_pcie(cat, cli_json, gpu):
+    """AMD's MI250 microarchitecture guide (ROCm docs): 4 OAMs a node; each GCD has 8 Infinity
+    Fabric links, 4 to its sibling GCD and one used as its PCIe host link, so an OAM has 6 to its
+    3 peers, 50 GB/s per direction each. A 4-GPU FSDP ring uses all 3 peers: 300 GB/s at the
+    75% xGMI links carry (AMD's MI300X RCCL blog), not PCIe 4.0 through the root complex."""
+    links = load_interconnects()
+    topo = node_topology(cat.by_id(gpu), 4, 1, links=links)
+    assert topo.fabric == "scale-up" and topo.scale_up == "xgmi-cdna2"
+    est = cli_json("estimate", "--model", "llama-3.1-8b", "--gpu", gpu, "--gpus", "4",
+                   "--strategy", "fsdp")["results"]["estimate"]
+    assert est["transport"] == "scale-up" and "3 of 3 peer links" in est["interconnect"]
+    assert est["comm_bandwidth_gb_s"] == pytest.approx(6 * 50 * 0.75)
+    # two OAMs: one peer's share of the six links
+    two = cli_json("estimate", "--model", "llama-3.2-1b", "--gpu", gpu, "--gpus", "2",
+                   "--strategy", "fsdp")["results"]["estimate"]
+    assert two["comm_bandwidth_gb_s"] == pytest.approx(2 * 50 * 0.75)

@@ -50,6 +50,7 @@ from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gpusizer.choices import BNB_OPTIMIZERS
 from gpusizer.errors import UsageError
 from gpusizer.units import plural
 
@@ -75,6 +76,9 @@ OFFLOAD_STRATEGY: dict[str, Strategy] = {"optimizer": "zero2", "params": "zero3"
 NVME_STRATEGY: Strategy = "zero3"
 #: The ZeRO stage DeepSpeed needs to offload the weights (offload_param is a ZeRO-3 option)
 WEIGHT_OFFLOAD_STAGE = 3
+#: Offloads that move the optimizer step to the host: DeepSpeed's offload_optimizer, and FSDP's
+#: CPU offload, which offloads everything
+OPTIMIZER_OFFLOADS: tuple[str, ...] = ("optimizer", "all")
 
 
 class Parallelism(BaseModel):
@@ -280,14 +284,29 @@ def offload_strategy(strategy: str, offload: str, offload_to: str, training: boo
 
 
 def check_offload(strategy: str, offload: str, offload_to: str, training: bool,
-                  degrees: Mapping[str, int | None]) -> None:
+                  degrees: Mapping[str, int | None], optimizer: str) -> None:
     """Refuse an offload the framework of ``strategy`` cannot run. PyTorch FSDP's CPU offload
     (FSDP1's CPUOffload(offload_params=True), FSDP2's CPUOffloadPolicy) moves the weights and with
     them the gradients and the optimizer step ("offloads gradients to CPU as well, meaning that the
     optimizer step runs on CPU", torch/distributed/fsdp/api.py): no optimizer-only or weights-only
-    offload. DeepSpeed offloads the weights only under ZeRO-3 and swaps to NVMe only under ZeRO-3."""
+    offload. DeepSpeed offloads the weights only under ZeRO-3 and swaps to NVMe only under ZeRO-3.
+
+    An offload that moves the optimizer step to the host (:data:`OPTIMIZER_OFFLOADS`) cannot run
+    bitsandbytes' 8-bit optimizers (:data:`.choices.BNB_OPTIMIZERS`), "a lightweight Python wrapper
+    around CUDA custom functions, in particular 8-bit optimizers" (bitsandbytes README, PyPI 0.45.1)
+    that step state in GPU memory. ZeRO-Offload steps the host's fp32 partition with DeepSpeed's
+    CPU Adam (DeepSpeedCPUAdam, "ZeRO-Offload" tutorial, deepspeed.ai), and DeepSpeed refuses a
+    client optimizer there (ZeRORuntimeException unless zero_force_ds_cpu_optimizer is false,
+    deepspeed/runtime/engine.py); FSDP's CPU offload steps the optimizer on CPU tensors too."""
     if not training or offload not in OFFLOAD_STRATEGY:
         return
+    if optimizer in BNB_OPTIMIZERS and offload in OPTIMIZER_OFFLOADS:
+        where = "PyTorch FSDP's CPU offload" if strategy == "fsdp" else "DeepSpeed's ZeRO-Offload"
+        what = "the optimizer" if offload == "optimizer" else "everything"
+        raise UsageError(f"{optimizer} (a bitsandbytes 8-bit optimizer) steps on the GPU, but offloading {what} "
+                         f"moves the optimizer step to the host ({where})",
+                         hint="offload with the adamw optimizer (a CPU Adam steps it on the host), "
+                              "or keep the 8-bit optimizer and offload nothing", field="optimizer")
     if strategy == "fsdp" and offload != "all":
         raise UsageError(f"PyTorch FSDP cannot offload the {'optimizer' if offload == 'optimizer' else 'weights'} "
                          "alone: its CPU offload moves the weights, the gradients and the optimizer step together",

@@ -311,8 +311,30 @@ HF_QUANT_METHOD_FORMATS: dict[str, WeightFormatName] = {"fp8": "fp8", "fbgemm_fp
 HF_QUANT_METHODS_WITH_BITS: tuple[str, ...] = ("gptq", "awq")
 
 
-def _int_key(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+class MalformedQuantizationConfig(ValueError):
+    """A ``quantization_config`` key transformers could not read: ``key`` (dotted, from
+    ``quantization_config``) is not ``expected`` but ``value``. The config reader names the file."""
+
+    def __init__(self, key: str, expected: str, value: object) -> None:
+        super().__init__(f"key '{key}' must be {expected}")
+        self.key, self.expected, self.value = key, expected, value
+
+
+_QC = "quantization_config"
+
+
+def _typed(config: dict[str, object], key: str, kind: type, expected: str, prefix: str = _QC) -> object:
+    """``config[key]`` when absent (None) or a ``kind``; else :class:`MalformedQuantizationConfig`.
+    A bool is not an integer here (JSON's true is not a number)."""
+    value = config.get(key)
+    if value is not None and (not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool)):
+        raise MalformedQuantizationConfig(f"{prefix}.{key}", expected, value)
+    return value
+
+
+def _int_key(config: dict[str, object], key: str, prefix: str = _QC) -> int | None:
+    value = _typed(config, key, int, "an integer", prefix)
+    return value if isinstance(value, int) else None
 
 
 def _integer_format(method: str, bits: int | None, group: int | None) -> tuple[WeightFormatName | None,
@@ -325,31 +347,48 @@ def _integer_format(method: str, bits: int | None, group: int | None) -> tuple[W
 
 def checkpoint_quantization(config: object) -> CheckpointQuantization | None:
     """A checkpoint's weight storage from its config.json ``quantization_config`` (None when the
-    config has none). Unknown methods and settings come back unmapped, never guessed."""
-    if not isinstance(config, dict):
+    config has none). Unknown methods and settings come back unmapped, never guessed, and are noted
+    where the run is sized. A config transformers could not read is refused
+    (:class:`MalformedQuantizationConfig`): not an object, a ``quant_method`` that is not a string,
+    or a key read here of the wrong type (``bits`` "four"), rather than sized as if unquantised.
+    As transformers' AutoQuantizationConfig.from_dict does, a config without ``quant_method`` that
+    loads in 4 or 8 bits is bitsandbytes' (older BitsAndBytesConfig files); one without it otherwise
+    (MLX's {"bits": 4, "group_size": 64}) is unmapped."""
+    if config is None:
         return None
-    method = str(config.get("quant_method", "")).lower() or "unknown"
-    bits, group = _int_key(config.get("bits")), _int_key(config.get("group_size"))
+    if not isinstance(config, dict):
+        raise MalformedQuantizationConfig(_QC, "an object", config)
+    named = _typed(config, "quant_method", str, "a string")
+    four, eight = (_typed(config, k, bool, "true or false") for k in ("load_in_4bit", "load_in_8bit"))
+    method = named.lower() if isinstance(named, str) and named else (
+        "bitsandbytes" if four is True or eight is True else "no quant_method")
     fmt: WeightFormatName | None = HF_QUANT_METHOD_FORMATS.get(method)
     precision: StoragePrecision | None = None
     detail = method
     if method in HF_QUANT_METHODS_WITH_BITS:
+        bits, group = _int_key(config, "bits"), _int_key(config, "group_size")
         fmt, precision = _integer_format(method, bits, group)
         detail = f"{method}, {bits}-bit, groups of {group}"
     elif method == "bitsandbytes":
         # transformers' BitsAndBytesConfig: load_in_4bit (NF4 or FP4 blocks of 64) or load_in_8bit (LLM.int8())
-        if config.get("load_in_4bit") is True:
+        kind = _typed(config, "bnb_4bit_quant_type", str, "a string") or "fp4"
+        if four is True:
             precision = "int4"
-            detail = f"bitsandbytes 4-bit {config.get('bnb_4bit_quant_type', 'fp4')}"
-        elif config.get("load_in_8bit") is True:
+            detail = f"bitsandbytes 4-bit {kind}"
+        elif eight is True:
             precision, detail = "int8", "bitsandbytes 8-bit"
     elif method == "compressed-tensors":
         # llm-compressor: one scheme for every quantised Linear; more than one group is not mapped
-        groups = config.get("config_groups")
+        groups = _typed(config, "config_groups", dict, "an object")
         first = next(iter(groups.values())) if isinstance(groups, dict) and len(groups) == 1 else None
-        weights = first.get("weights") if isinstance(first, dict) else None
+        where = f"{_QC}.config_groups.{next(iter(groups))}" if isinstance(groups, dict) and groups else _QC
+        if first is not None and not isinstance(first, dict):
+            raise MalformedQuantizationConfig(where, "an object", first)
+        weights = _typed(first, "weights", dict, "an object", where) if isinstance(first, dict) else None
         if isinstance(weights, dict):
-            bits, group, kind = _int_key(weights.get("num_bits")), _int_key(weights.get("group_size")), weights.get("type")
+            at = f"{where}.weights"
+            bits, group = _int_key(weights, "num_bits", at), _int_key(weights, "group_size", at)
+            kind = _typed(weights, "type", str, "a string", at)
             detail = f"compressed-tensors, {bits}-bit {kind}" + (f", groups of {group}" if group else "")
             if kind == "float" and bits == 8:
                 fmt = "fp8"
@@ -447,6 +486,7 @@ def storage_precision(name: str, mode: str) -> StoragePrecision:
 __all__ = [
     "ALL_PRECISIONS",
     "CheckpointQuantization",
+    "MalformedQuantizationConfig",
     "DEFAULT_PRECISION",
     "PRECISIONS",
     "RULE_PRECISIONS",

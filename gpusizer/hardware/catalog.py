@@ -139,6 +139,9 @@ class Gpu(BaseModel):
     nvlink_generation: int | None = Field(default=None, ge=1, le=10)
     nvlink_gb_s: float | None = Field(default=None, gt=0, le=100_000)
     pcie_generation: int | None = Field(default=None, ge=1, le=7)
+    #: the GPU's link to its host CPU's memory where it is not its PCIe slot (Grace superchips:
+    #: NVLink-C2C), a ``host_links`` id of data/interconnects.yaml; null: the PCIe slot
+    host_link: str | None = Field(default=None, pattern=r"^[a-z0-9][a-z0-9-]*$")
     gpudirect_rdma: bool
     form_factor: str
 

@@ -13,6 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from gpusizer.choices import BNB_OPTIMIZERS
 from gpusizer.domain.finetune import (
     Adapter,
     adapter_input_elements,
@@ -83,6 +84,38 @@ DEEPSPEED_REDUCE_BUCKET_ELEMENTS = 500_000_000
 DEFAULT_CONTEXT_BYTES = 500 * MIB
 
 
+class TransientPart(BaseModel):
+    """One buffer of the breakdown's transient row: its name, its bytes per GPU, and what it is."""
+
+    model_config = ConfigDict(frozen=True, defer_build=True)
+
+    name: str
+    bytes: int
+    explanation: str
+
+
+#: The transient buffers the memory model counts: name -> what each is (one place, so every
+#: buffer in a breakdown carries a name and an explanation)
+TRANSIENT_BUFFERS: dict[str, str] = {
+    "gathered layers": "ZeRO-3/FSDP gather a layer to compute and prefetch the next",
+    "FSDP root unit": "FSDP keeps the embedding and head gathered through backward",
+    "dequantised matrix": "a quantised matrix dequantised to 16 bits for its matmul",
+    "DDP gradient buckets": "DDP's buckets hold a second copy of the gradients",
+    "ZeRO reduce bucket": "DeepSpeed's reduce_bucket_size elements, whatever is trained",
+    "offload copy buffer": "ZeRO-Offload copies the largest trained gradient through it",
+    "streamed layers": "offloaded weights streamed back layer by layer",
+    "recomputed layer": "checkpointing recomputes one layer in backward",
+    "logits and loss": "the logits, their log-softmax and their gradient",
+    "tied embedding gradients": "a tied embedding's two gradients, summed out of place",
+    "autocast weight copies": "autocast's cached 16-bit copies of the weights",
+}
+
+
+def transient_part(name: str, nbytes: int) -> tuple[TransientPart, ...]:
+    """The buffer ``name`` (a key of :data:`TRANSIENT_BUFFERS`) of ``nbytes``; none when empty."""
+    return (TransientPart(name=name, bytes=nbytes, explanation=TRANSIENT_BUFFERS[name]),) if nbytes else ()
+
+
 class MemoryBreakdown(BaseModel):
     """Per-GPU memory of one run. ``total_bytes`` is the peak, not the sum:
     activations are freed during backward while gradients are written, so the
@@ -98,6 +131,9 @@ class MemoryBreakdown(BaseModel):
     #: transient buffers at the peak: the loss/logits gradient, gathered
     #: FSDP/ZeRO-3 layers, DDP gradient buckets, a recomputed layer
     transient_bytes: int
+    #: the buffers transient_bytes sums, each named and explained (analytic estimates; empty
+    #: where the bytes were measured as a whole, as exact mode does)
+    transient_parts: tuple[TransientPart, ...] = ()
     #: CUDA context plus allocator fragmentation
     overhead_bytes: int
     context_bytes: int
@@ -803,7 +839,7 @@ def optimizer_bytes(shape: ModelShape, cfg: RunConfig) -> int:
     master = 0 if train.adapters else train.params * cfg.storage.master_weight_bytes
     if cfg.optimizer == "adafactor" and not train.adapters:
         return 4 * adafactor_state_elements(shape) + master
-    if cfg.optimizer in ("adam8bit", "paged-adamw-8bit"):
+    if cfg.optimizer in BNB_OPTIMIZERS:
         # bitsandbytes: m and v in 8 bits, one fp32 absmax per 2048-element block each
         return int(train.params * (2 + 2 * 4 / 2048)) + master
     # Adafactor's factors of rank-r adapter matrices are about as large as the matrices
@@ -980,13 +1016,18 @@ class _State(BaseModel):
     weights: int
     grads: int
     opt: int
-    transient: int
+    #: what else is live for the whole step, buffer by buffer
+    parts: tuple[TransientPart, ...] = ()
     #: of ``weights``, what stays whole on every rank and on the GPU under ZeRO-3/FSDP and weight
     #: offload: a QLoRA base's quantisation constants (:func:`quant_constant_bytes`)
     resident: int = 0
     #: offloaded bytes held off the GPU
     host: int = 0
     notes: tuple[str, ...] = ()
+
+    @property
+    def transient(self) -> int:
+        return sum(p.bytes for p in self.parts)
 
 
 def gathered_layer_bytes(m: TransformerShape, cfg: RunConfig, ep: int = 1) -> int:
@@ -1043,9 +1084,15 @@ def deepspeed_bucket_bytes(cfg: RunConfig) -> int:
     size) or outside training."""
     if not cfg.training or not cfg.deepspeed:
         return 0
+    return DEEPSPEED_REDUCE_BUCKET_ELEMENTS * deepspeed_gradient_width(cfg)
+
+
+def deepspeed_gradient_width(cfg: RunConfig) -> int:
+    """Bytes an element of DeepSpeed ZeRO's gradient buffers (``self.dtype`` in stage_1_and_2.py and
+    stage3.py, the trained parameters' dtype): the run's gradient width for a whole model, and for
+    adapters the 16-bit width DeepSpeed's bf16/fp16 mode casts the whole module to."""
     st = cfg.storage
-    width = st.grad_bytes if cfg.adapter is None and st.grad_bytes else st.activation_bytes
-    return DEEPSPEED_REDUCE_BUCKET_ELEMENTS * width
+    return st.grad_bytes if cfg.adapter is None and st.grad_bytes else st.activation_bytes
 
 
 def model_state(shape: ModelShape, cfg: RunConfig, stage: Stage | None = None) -> _State:
@@ -1065,7 +1112,7 @@ def model_state(shape: ModelShape, cfg: RunConfig, stage: Stage | None = None) -
         grads = math.ceil(train.params * train.grad_bytes / split.gradients) if cfg.training and train.grad_bytes \
             else 0
         opt = math.ceil(optimizer_bytes(shape, cfg) / split.optimizer)
-    transient = 0
+    parts: list[TransientPart] = []
     notes: list[str] = []
     # a QLoRA base's quantisation constants are not sharded: whole on every rank (ZeRO-3, FSDP)
     resident, share = quant_constant_bytes(shape, cfg, held_w)
@@ -1077,16 +1124,16 @@ def model_state(shape: ModelShape, cfg: RunConfig, stage: Stage | None = None) -
     if par.gathers_layers and m is not None:
         # one layer gathered for compute plus one prefetched, in the layer's stored format (a rank's
         # own experts under ep)
-        transient += 2 * gathered_layer_bytes(m, cfg, par.ep)
+        parts += transient_part("gathered layers", 2 * gathered_layer_bytes(m, cfg, par.ep))
         root = fsdp_root_bytes(m, cfg) if stage is None else 0
         if root:
-            transient += root
+            parts += transient_part("FSDP root unit", root)
             notes.append(f"FSDP's root unit (embedding, final norm, output head) stays gathered from the forward "
                          f"through the backward ({format_bytes(root)})")
     if cfg.adapter is not None and cfg.adapter.base_quantisation is not None and m is not None:
         # each NF4 matrix is dequantised to 16 bits for its matmul, forward and backward
         tp = split.activations
-        transient += 2 * largest_matrix(m) // tp
+        parts += transient_part("dequantised matrix", 2 * largest_matrix(m) // tp)
     saved = adapted_expert_bytes(m, cfg, split.activations) if m is not None else 0
     if saved:
         notes.append(f"adapters on fused experts: peft builds each MoE layer's adapted expert weights (W + B A) and "
@@ -1094,7 +1141,7 @@ def model_state(shape: ModelShape, cfg: RunConfig, stage: Stage | None = None) -
                      f"({'one layer, as checkpointing rebuilds them' if cfg.checkpointing else 'every MoE layer'})")
     if par.replicated_gradients and cfg.training:
         # DDP's flat gradient buckets hold a second copy of the gradients
-        transient += grads
+        parts += transient_part("DDP gradient buckets", grads)
         notes.append("DDP gradient buckets double the gradient memory (gradient_as_bucket_view=False, the default)")
     bucket = deepspeed_bucket_bytes(cfg)
     if cfg.storage.master_weight_bytes and cfg.training and cfg.adapter is None:
@@ -1102,10 +1149,10 @@ def model_state(shape: ModelShape, cfg: RunConfig, stage: Stage | None = None) -
                      "alike, and runs mixed precision as its own 16-bit mode (it refuses torch AMP): 16-bit "
                      "weights and gradients on each GPU (ZeRO paper: 2 + 2 + 12 bytes a parameter with Adam)")
     if bucket:
-        transient += bucket
+        parts += transient_part("ZeRO reduce bucket", bucket)
         notes.append(f"DeepSpeed's gradient bucket: reduce_bucket_size, 500M elements by default "
                      f"({format_bytes(bucket)})")
-    state = _State(weights=weights, grads=grads, opt=opt, transient=transient, resident=resident,
+    state = _State(weights=weights, grads=grads, opt=opt, parts=tuple(parts), resident=resident,
                    notes=tuple(notes))
     return _offload(state, shape, cfg, train.params, stage) if cfg.offload != "none" else state
 
@@ -1128,11 +1175,11 @@ def _offload(state: _State, shape: ModelShape, cfg: RunConfig, trained: int, sta
     if cfg.offload == "activations" and cfg.offload_to != "cpu":
         raise UsageError("offloaded activations live in host RAM (pinned memory), not on NVMe",
                          hint="offload them to the CPU", field="offload-to")
-    check_offload(cfg.strategy, cfg.offload, cfg.offload_to, cfg.training, cfg.layout_degrees)
+    check_offload(cfg.strategy, cfg.offload, cfg.offload_to, cfg.training, cfg.layout_degrees, cfg.optimizer)
     if cfg.offload in ("params", "all") and cfg.gpus > 1 and not shards_weights(cfg.strategy):
         raise UsageError("offloading the weights streams each GPU's shard: it needs ZeRO-3 or FSDP over several GPUs",
                          hint="shard with ZeRO-3 or FSDP, or offload the optimizer only", field="offload")
-    weights, grads, opt, transient, host = state.weights, state.grads, state.opt, state.transient, 0
+    weights, grads, opt, parts, host = state.weights, state.grads, state.opt, state.parts, 0
     notes = list(state.notes)
     if cfg.offload in ("optimizer", "all") and cfg.training:
         host += opt
@@ -1155,7 +1202,7 @@ def _offload(state: _State, shape: ModelShape, cfg: RunConfig, trained: int, sta
         notes.append("optimizer offload: the optimizer step runs on the CPU")
         if cfg.deepspeed:
             grads, buffers, pinned, note = _deepspeed_offloaded_gradients(shape, cfg, grads)
-            transient += buffers
+            parts += transient_part("offload copy buffer", buffers)
             host += pinned
             notes.append(note)
     if cfg.offload in ("params", "all"):
@@ -1173,12 +1220,13 @@ def _offload(state: _State, shape: ModelShape, cfg: RunConfig, trained: int, sta
             layer = 2 * gathered_layer_bytes(m, cfg, par.ep) // split.activations
         # a QLoRA base's quantisation constants are not parameters: they stay on the GPU
         host += weights - state.resident
-        weights, transient = state.resident, transient + layer
+        weights = state.resident
+        parts += transient_part("streamed layers", layer)
         notes.append("weight offload: each layer's weights stream in over PCIe, forward and backward")
     if cfg.offload == "all" and cfg.training:
         host += grads
         grads = 0
-    return state.model_copy(update={"weights": weights, "grads": grads, "opt": opt, "transient": transient,
+    return state.model_copy(update={"weights": weights, "grads": grads, "opt": opt, "parts": parts,
                                     "host": host, "notes": tuple(notes)})
 
 
@@ -1201,17 +1249,22 @@ def _deepspeed_offloaded_gradients(shape: ModelShape, cfg: RunConfig, grads: int
     ZeRO-1 keeps the 16-bit gradients on the GPU until the end of backward; ZeRO-2 copies each
     bucket's share into the host's fp32 gradients as it is reduced (copy_grads_in_partition,
     stage_1_and_2.py), so no gradient partition stays on the GPU (ZeRO-Offload, Ren et al. 2021:
-    16-bit weights on the GPU, gradients offloaded); both keep a 16-bit copy buffer of the largest
-    parameter on the GPU and in pinned host memory (temp_grad_buffer_for_gpu_offload / _cpu_offload)
-    and, when gradients accumulate, a 16-bit host copy of the partition's (accumulated_grads_in_cpu).
-    ZeRO-3 keeps its 16-bit gradient partitions in a host buffer (grad_partitions_flat_buffer on the
+    16-bit weights on the GPU, gradients offloaded); both keep a copy buffer of the largest trained
+    parameter on the GPU and in pinned host memory (temp_grad_buffer_for_gpu_offload / _cpu_offload,
+    sized by the largest parameter of the optimizer's groups: for adapters an adapter matrix) and,
+    when gradients accumulate, a host copy of the partition's (accumulated_grads_in_cpu), all in
+    DeepSpeed's gradient dtype (:func:`deepspeed_gradient_width`). The larger GPU buffer of an
+    offloading ZeRO-1/2 run is not this one but the reduce bucket (:func:`deepspeed_bucket_bytes`):
+    CPU offload turns contiguous_gradients on ("contiguous_gradients or self.cpu_offload") and
+    setup_buckets allocates reduce_bucket_size elements whatever the trained parameters number, so
+    a LoRA run holds the whole 5e8-element bucket too. ZeRO-3 keeps its 16-bit gradient partitions in a host buffer (grad_partitions_flat_buffer on the
     optimizer's device, stage3.py)."""
     train = trainable(shape, cfg)
     stage = ZERO_STAGE[cfg.strategy]
     if stage >= 3:
         return 0, 0, grads, ("ZeRO-3 offload: each gradient partition leaves the GPU for a 16-bit host buffer "
                              "as it is reduced")
-    width = train.grad_bytes or 0
+    width = deepspeed_gradient_width(cfg)
     largest = largest_trained_elements(shape, cfg)
     buffer = largest * width if largest is not None else 0
     accumulated = math.ceil(train.params * width / cfg.sharding.optimizer) \
@@ -1219,9 +1272,9 @@ def _deepspeed_offloaded_gradients(shape: ModelShape, cfg: RunConfig, grads: int
     kept = grads if stage == 1 else 0
     where = "stay on the GPU until the end of backward" if stage == 1 else \
         "leave the GPU bucket by bucket for the host's fp32 gradients"
-    copy = f"a 16-bit copy buffer of the largest parameter on the GPU and in pinned host memory " \
-        f"({format_bytes(buffer)} each)" if largest is not None else \
-        "a 16-bit copy buffer of the largest parameter, not counted: the model's shape is unknown"
+    copy = f"a {8 * width}-bit copy buffer of the largest trained parameter on the GPU and in pinned host " \
+        f"memory ({format_bytes(buffer)} each)" if largest is not None else \
+        f"a {8 * width}-bit copy buffer of the largest trained parameter, not counted: the model's shape is unknown"
     return kept, buffer, buffer + accumulated, (f"ZeRO-Offload on DeepSpeed ZeRO-{stage} (the stage a ddp run that "
                                                 f"offloads its optimizer runs on is ZeRO-2): the 16-bit gradients "
                                                 f"{where}; DeepSpeed keeps {copy}")
@@ -1253,8 +1306,8 @@ def _head_input_gradient(shape: ModelShape, cfg: RunConfig, logits: int) -> int:
 
 
 def _training_peak(shape: ModelShape, cfg: RunConfig, state: _State,
-                   stage: Stage | None = None) -> tuple[int, str, int, int, bool]:
-    """(tensor peak, peak phase, activations, transient, modelled?) of a training step.
+                   stage: Stage | None = None) -> tuple[int, str, int, tuple[TransientPart, ...], bool]:
+    """(tensor peak, peak phase, activations, transient buffers, modelled?) of a training step.
 
     Peak: the start of backward (all activations saved plus the loss gradient)
     or the optimizer step (all gradients, activations freed). Backward starts
@@ -1275,21 +1328,22 @@ def _training_peak(shape: ModelShape, cfg: RunConfig, state: _State,
     tied = tied_embedding_gradient_bytes(shape, cfg) if stage is None else 0
     end_of_backward = held + state.grads + tied
     optimizer_step = held + state.grads + optimizer_step_bytes(shape, cfg, stage)
-    transient = state.transient + recompute + logits
+    transient = (*state.parts, *transient_part("recomputed layer", recompute), *transient_part("logits and loss", logits))
     if start_of_backward >= max(optimizer_step, end_of_backward):
         return start_of_backward, "backward", acts, transient, modelled
     if end_of_backward > optimizer_step:
         # activations are freed by then; the tied copies are the transient
-        return end_of_backward, "backward-end", 0, state.transient + tied, modelled
+        return end_of_backward, "backward-end", 0, (*state.parts, *transient_part("tied embedding gradients", tied)), \
+            modelled
     return optimizer_step, "optimizer", acts, transient, modelled
 
 
 def _inference_peak(shape: ModelShape, cfg: RunConfig, state: _State,
-                    stage: Stage | None = None) -> tuple[int, int, int, int, tuple[str, ...]]:
-    """(tensor peak, activations, KV cache, transient, notes) of an inference pass (of a pipeline
+                    stage: Stage | None = None) -> tuple[int, int, int, tuple[TransientPart, ...], tuple[str, ...]]:
+    """(tensor peak, activations, KV cache, transient buffers, notes) of an inference pass (of a pipeline
     ``stage``: the KV cache of its layers)."""
     m = shape.transformer
-    transient, kv, acts = state.transient, 0, 0
+    parts, kv, acts = state.parts, 0, 0
     notes: tuple[str, ...] = ()
     if m is not None:
         tp = cfg.sharding.activations
@@ -1301,11 +1355,11 @@ def _inference_peak(shape: ModelShape, cfg: RunConfig, state: _State,
         acts = inference_working_bytes(m, cfg, seq, tp)
         if cfg.storage.quantised:
             # each quantised matrix is dequantised to 16 bits for its matmul
-            transient += 2 * largest_matrix(m) // tp
+            parts += transient_part("dequantised matrix", 2 * largest_matrix(m) // tp)
         if cfg.storage.autocast:
             # autocast caches the 16-bit copy of every weight it casts (leaf tensors that
             # require grad, as a model's parameters do) until its region ends
-            transient += autocast_weight_copy_bytes(m, cfg)
+            parts += transient_part("autocast weight copies", autocast_weight_copy_bytes(m, cfg))
     elif isinstance(shape.arch, CnnShape) and (per_sample := shape.arch.inference_bytes_per_sample_fp32):
         scale = (cfg.image_size / shape.arch.image_size) ** 2 if cfg.image_size else 1.0
         width = cfg.storage.activation_bytes / 4
@@ -1313,7 +1367,7 @@ def _inference_peak(shape: ModelShape, cfg: RunConfig, state: _State,
     elif shape.arch is not None:
         acts = activation_bytes(shape, cfg)[0]
         notes = ("CNN/RNN inference activations use the training figure, an upper bound",)
-    return state.weights + kv + acts + transient, acts, kv, transient, notes
+    return state.weights + kv + acts + sum(p.bytes for p in parts), acts, kv, parts, notes
 
 
 def estimate_memory(shape: ModelShape, cfg: RunConfig) -> MemoryBreakdown:
@@ -1350,11 +1404,11 @@ def _estimate_stage(shape: ModelShape, cfg: RunConfig, stage: Stage | None) -> M
     kv = 0
     phase: Literal["forward", "backward", "backward-end", "optimizer", "inference"]
     if cfg.training:
-        tensor_peak, train_phase, acts, transient, modelled = _training_peak(shape, cfg, state, stage)
+        tensor_peak, train_phase, acts, parts, modelled = _training_peak(shape, cfg, state, stage)
         phase = "backward" if train_phase == "backward" else "backward-end" if train_phase == "backward-end" \
             else "optimizer"
     else:
-        tensor_peak, acts, kv, transient, more = _inference_peak(shape, cfg, state, stage)
+        tensor_peak, acts, kv, parts, more = _inference_peak(shape, cfg, state, stage)
         phase, modelled = "inference", shape.arch is not None
         notes.extend(more)
     if not modelled:
@@ -1368,7 +1422,8 @@ def _estimate_stage(shape: ModelShape, cfg: RunConfig, stage: Stage | None) -> M
     overhead = context + fragmentation
     return MemoryBreakdown(
         weights_bytes=state.weights, gradients_bytes=state.grads, optimizer_bytes=state.opt,
-        activations_bytes=acts, kv_cache_bytes=kv, transient_bytes=transient, overhead_bytes=overhead,
+        activations_bytes=acts, kv_cache_bytes=kv, transient_bytes=sum(p.bytes for p in parts),
+        transient_parts=parts, overhead_bytes=overhead,
         context_bytes=context, fragmentation_bytes=fragmentation, tensor_peak_bytes=tensor_peak,
         total_bytes=tensor_peak + overhead, peak_phase=phase, activations_modelled=modelled, notes=tuple(notes),
         cpu_bytes=host if cfg.offload_to == "cpu" else 0, nvme_bytes=host if cfg.offload_to == "nvme" else 0,

@@ -107,7 +107,7 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from gpusizer import datafiles
-from gpusizer.domain.precision import checkpoint_quantization
+from gpusizer.domain.precision import MalformedQuantizationConfig, checkpoint_quantization
 from gpusizer.errors import DataFileError
 from gpusizer.models.zoo import Model
 
@@ -734,7 +734,10 @@ def model_from_hf_config(doc: object, origin: str) -> Model:
                  "memory (pip install 'gpusizer[torch]')",
         )
     fields = family.build(c, family)
-    fields["checkpoint_quantization"] = checkpoint_quantization(doc.get("quantization_config"))
+    try:
+        fields["checkpoint_quantization"] = checkpoint_quantization(doc.get("quantization_config"))
+    except MalformedQuantizationConfig as exc:
+        raise c._bad(exc.key, exc.expected, exc.value) from None
     model_id, name = _naming(c, model_type)
     fields.update(
         id=model_id,

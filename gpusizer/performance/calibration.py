@@ -55,6 +55,23 @@ class Interconnect(BaseModel):
     sources: tuple[Source, ...] = Field(min_length=1)
 
 
+class HostLink(BaseModel):
+    """A GPU's link to its host CPU's memory where it is not the GPU's PCIe slot: the chip-to-chip
+    link of a Grace superchip (data/interconnects.yaml ``host_links``; a catalog GPU names its own in
+    ``host_link``). Offloaded state crosses it each step, and the PCIe row of the GPU's generation
+    times it where a GPU names none."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+
+    id: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
+    name: str
+    #: per GPU, decimal GB/s per direction (a link the superchip's GPUs share: each one's part)
+    bandwidth_gb_s: float = Field(gt=0, le=100_000)
+    #: achievable fraction of bandwidth_gb_s for bulk host-device copies
+    efficiency: float = Field(gt=0, le=1)
+    sources: tuple[Source, ...] = Field(min_length=1)
+
+
 class PciePath(BaseModel):
     """How GPUs exchange data over PCIe: peer-to-peer through a PCIe switch or through the CPU's
     root complex, or without P2P, staged through host memory (NCCL's SHM transport)."""
@@ -124,6 +141,7 @@ class Interconnects(BaseModel):
     pcie_paths: tuple[PciePath, ...] = Field(min_length=3)
     pcie_p2p_defaults: tuple[P2pDefault, ...] = Field(min_length=1)
     scale_up_defaults: tuple[ScaleUpDefault, ...] = ()
+    host_links: tuple[HostLink, ...] = ()
 
     @model_validator(mode="after")
     def _each_path_once(self) -> Interconnects:
@@ -142,6 +160,20 @@ class Interconnects(BaseModel):
             if rule.matches(gpu):
                 return self.get(rule.link), rule
         return None
+
+    def host_path(self, gpu: Gpu, pcie_generation: int | None) -> tuple[str, float]:
+        """(name, achievable decimal GB/s per direction) of the link between ``gpu`` and its host's
+        memory: the catalog's ``host_link`` (a ``host_links`` row), else the PCIe row of
+        ``pcie_generation`` (resolved by the caller, :meth:`pcie`). A host_link no row names is a
+        DataFileError, never read as PCIe."""
+        if gpu.host_link is None:
+            link = self.pcie(pcie_generation)
+            return link.name, link.bandwidth_gb_s * link.efficiency
+        for row in self.host_links:
+            if row.id == gpu.host_link:
+                return row.name, row.bandwidth_gb_s * row.efficiency
+        raise DataFileError(f"{gpu.id}: host_link {gpu.host_link!r} is not a host_links row of the interconnects file",
+                            hint=f"one of: {', '.join(r.id for r in self.host_links) or 'none defined'}")
 
     def pcie_path(self, path: str) -> PciePath:
         return next(p for p in self.pcie_paths if p.path == path)

@@ -429,12 +429,13 @@ class _Comm(BaseModel):
 
 
 def _offload_time(comm: _Comm, work: Work, gpu: Gpu, links: Interconnects, topology_pcie: int | None) -> _Comm:
-    """Offloaded state crosses the GPU's PCIe link each step; counted in full, as the
-    step cannot finish before the weights it needs arrive. ``topology_pcie``: the generation the
-    topology resolved (performance.topology.pcie_generation_for, where the catalog has none)."""
-    pcie = links.pcie(gpu.pcie_generation or topology_pcie)
-    seconds = work.offload_bytes / (pcie.bandwidth_gb_s * pcie.efficiency * 1e9)
-    note = (f"offload moves {work.offload_bytes / 1e9:,.1f} GB over {pcie.name} each step "
+    """Offloaded state crosses the GPU's link to its host each step (:meth:`Interconnects.host_path`:
+    a Grace superchip's NVLink-C2C, else its PCIe slot); counted in full, as the step cannot finish
+    before the weights it needs arrive. ``topology_pcie``: the generation the topology resolved
+    (performance.topology.pcie_generation_for, where the catalog has none)."""
+    name, rate_gb_s = links.host_path(gpu, gpu.pcie_generation or topology_pcie)
+    seconds = work.offload_bytes / (rate_gb_s * 1e9)
+    note = (f"offload moves {work.offload_bytes / 1e9:,.1f} GB over {name} each step "
             f"({seconds * 1e3:,.0f} ms, not overlapped); the CPU optimizer step and NVMe reads are not timed, "
             "and each GPU moves its own share over its own link, so speed-ups of GPUs sharing a host are optimistic")
     return comm.model_copy(update={"offload_s": seconds, "comm_s": comm.comm_s + seconds,

@@ -64,7 +64,7 @@ def breakdown_table(report: FitReport, width: int | None = None, inputs: Mapping
         + (f"\nRun: {run_words(inputs)}" if inputs and report.method != "rule-of-thumb" else ""),
         title_justify="left",
     )
-    table.add_column("component")
+    table.add_column("component", no_wrap=True)
     table.add_column("bytes", justify="right")
     table.add_column("GiB", justify="right")
     table.add_column("share", justify="right")
@@ -78,6 +78,9 @@ def breakdown_table(report: FitReport, width: int | None = None, inputs: Mapping
             continue
         share = value / summed if summed else 0
         table.add_row(label, f"{value:,}", f"{value / 2**30:.2f}", f"{share:.0%}", Bar(share))
+        if field == "transient_bytes":
+            for part in b.transient_parts:
+                table.add_row(f"  {part.name}", f"{part.bytes:,}", f"{part.bytes / 2**30:.2f}", "", "", style="dim")
     table.add_row("peak total", f"{b.total_bytes:,}", f"{b.total_bytes / 2**30:.2f}", "", "", style="bold")
     # the peak is below the rows' sum only where some rows are not live at once
     less = b.total_bytes < summed
@@ -93,6 +96,9 @@ def breakdown_table(report: FitReport, width: int | None = None, inputs: Mapping
                    + (", so the peak is less than the sum of the rows." if less else "."),
     }
     table.caption = captions[b.peak_phase]
+    if b.transient_bytes and b.transient_parts:
+        table.caption += " Transient buffers: " + "; ".join(f"{p.name}: {p.explanation}" for p in b.transient_parts) \
+            + "."
     for where, held in (("host memory", b.cpu_bytes), ("NVMe", b.nvme_bytes)):
         if held:
             node = f", {format_bytes(held * gpus_per_node)} per node of {gpus_per_node} GPUs" if gpus_per_node > 1 else ""
