@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from gpusizer.domain.run import RunConfig
@@ -770,6 +770,9 @@ def test_tokens_per_second_fall_as_sequences_grow_at_fixed_tokens_per_step(
     interconnect=st.sampled_from([None, "ib-edr", "ib-ndr", "roce-100g", "tcp-10g", "tcp-100g"]),
     strategy=st.sampled_from(["ddp", "zero1", "zero3", "fsdp", "tp"]),
 )
+# the lone GPU of an FSDP run runs FSDP's mixed precision too (no autocast copies): timed as plain
+# AMP it was 8% slower, and 8 V100s came out 11.4x faster than one
+@example(gpu_id="v100-sxm2-16gb", workload=1, gpus=8, nodes=1, interconnect=None, strategy="fsdp")
 def test_scaling_efficiency_is_at_most_one_but_for_a_partitioned_optimizer_step(cat, zoo, gpu_id, workload, gpus, nodes, interconnect, strategy):
     name, kw = WORKLOADS[workload]
     kw = {**kw, "gpus": gpus, "nodes": nodes, "interconnect": interconnect, "strategy": strategy}
@@ -920,4 +923,7 @@ def test_scaling_speed_up_is_the_throughput_ratio_to_one_gpu(zoo, cat):
     assert one.speedup_vs_1gpu == 1.0
     for strategy, gpus in (("fsdp", 8), ("zero2", 4), ("ddp", 2)):
         est = estimate_performance(gpu, shp, RunConfig(**run, gpus=gpus, strategy=strategy))
-        assert est.speedup_vs_1gpu == pytest.approx(est.throughput_per_s / one.throughput_per_s, rel=1e-9)
+        # (one GPU under FSDP still runs FSDP's mixed precision: no autocast copies)
+        lone = estimate_performance(gpu, shp, RunConfig(**run, gpus=1, strategy=strategy))
+        assert est.speedup_vs_1gpu == pytest.approx(est.throughput_per_s / lone.throughput_per_s, rel=1e-9)
+        assert (lone.throughput_per_s > one.throughput_per_s) == (strategy == "fsdp")

@@ -106,7 +106,7 @@ class Parallelism(BaseModel):
     @classmethod
     def of(cls, strategy: str, gpus: int, *, tp: int | None = None, pp: int = 1, cp: int = 1, ep: int = 1,
            node_gpus: int | None = None) -> Parallelism:
-        """The degrees of ``strategy`` over ``gpus`` GPUs (one GPU is always plain), with the
+        """The degrees of ``strategy`` over ``gpus`` GPUs (one GPU is never sharded), with the
         model-parallel degrees given (see the module's docstring): ``tp`` fixes tensor
         parallelism, else ``strategy="tp"`` takes every GPU left by ``pp`` and ``cp`` (at most
         ``node_gpus``, a node's)."""
@@ -114,7 +114,9 @@ class Parallelism(BaseModel):
             raise UsageError(f"unknown strategy {strategy!r}", hint=f"one of {', '.join(STRATEGIES)}")
         if tp is None and pp == cp == ep == 1:
             if gpus <= 1:
-                return cls()
+                # (PyTorch FSDP on one GPU still runs mixed precision its own way: each unit cast to
+                # 16 bits as it runs, no autocast copies; nothing is sharded)
+                return cls(fsdp=strategy == "fsdp")
             if strategy == "tp":
                 return cls(tp=gpus)
             return cls(dp=gpus, zero_stage=ZERO_STAGE[strategy], fsdp=strategy == "fsdp")
