@@ -45,7 +45,7 @@ from gpusizer.domain.run import RunConfig  # noqa: E402
 from gpusizer.domain.shape import ModelShape, shape_from_model  # noqa: E402
 from gpusizer.errors import GpusizerError  # noqa: E402
 from gpusizer.memory.estimate import estimate_memory  # noqa: E402
-from gpusizer.memory.serving import serving_capacity  # noqa: E402
+from gpusizer.memory.serving import EngineLimits, serving_capacity  # noqa: E402
 from gpusizer.models.zoo import load_zoo  # noqa: E402
 
 REFS = ROOT / "tests" / "data" / "memory_refs_finetune.yaml"
@@ -117,8 +117,11 @@ def serving_tokens(case: dict[str, Any], shape: ModelShape) -> int | None:
     kv = "fp8" if str(case.get("kv_cache_dtype", "")).startswith("fp8") else "auto"
     cfg = RunConfig(mode="inference", kv_cache=kv, weight_format=fmt, **tensor_parallel(tp))
     capacity = int(case["gpu_total_memory_gib"] * GIB)
-    cap = serving_capacity(shape, cfg, capacity, case.get("max_model_len") or 8192,
-                           utilization=case.get("gpu_memory_utilization") or 0.9)
+    # the engine's limits as the run logged them, else vLLM's defaults for its GPU
+    limits = (EngineLimits(case["max_num_batched_tokens"], case["max_num_seqs"])
+              if case.get("max_num_batched_tokens") and case.get("max_num_seqs") else None)
+    cap = serving_capacity(shape, cfg, capacity, case.get("max_model_len") or 8192, gpu_name=str(case.get("gpu", "")),
+                           utilization=case.get("gpu_memory_utilization") or 0.9, limits=limits)
     return cap.kv_tokens
 
 

@@ -10,7 +10,15 @@ from __future__ import annotations
 
 import pytest
 
-MAX_NUM_SEQS = 256
+#: vLLM's largest default max_num_seqs (GPUs of 70 GiB or more but the A100)
+MAX_NUM_SEQS = 1024
+
+
+@pytest.fixture(scope="module")
+def cat():
+    from gpusizer.api import load_catalog
+
+    return load_catalog()
 
 
 @pytest.fixture
@@ -28,7 +36,8 @@ def test_each_serving_configuration_is_what_serve_and_estimate_say(plan_70b, cli
         assert c["replicas"] == c["gpus_total"] // tp
         served = cli_json("serve", "--model", "llama-3.1-70b", "--gpu", c["gpu_id"], "--tp", str(tp),
                           "--context", "2048")
-        assert c["concurrency"] == min(served["results"]["rows"][0]["max_concurrency"], MAX_NUM_SEQS)
+        row = served["results"]["rows"][0]
+        assert c["concurrency"] == min(row["max_concurrency"], row["capacity"]["max_num_seqs"])
         est = cli_json("estimate", "--model", "llama-3.1-70b", "--gpu", c["gpu_id"], "--gpus", str(c["gpus_per_node"]),
                        "--nodes", str(c["nodes"]), "--strategy", c["strategy"], "--inference",
                        "--batch", str(c["concurrency"]), "--seq-len", "2048")
@@ -48,7 +57,8 @@ def test_serving_configurations_are_ranked_by_tokens_served(plan_70b):
     # a replica that holds many sequences beats many replicas of one: the winner decodes dozens at once
     assert configs[0]["concurrency"] >= 32
     assert plan_70b["goal"] == "the most tokens/s served for $60,000 of GPUs"
-    assert any("KV cache holds (at most 256" in n for n in plan_70b["notes"])
+    assert any("KV cache holds (at most vLLM's max_num_seqs: 1,024 on 70 GiB GPUs but the A100, else 256)" in n
+               for n in plan_70b["notes"])
 
 
 def test_a_given_batch_is_the_concurrency(cli_json):
@@ -77,3 +87,25 @@ def test_training_plans_keep_one_box_without_rdma(cli_json):
     configs = doc["results"]["plan"]["configurations"]
     assert configs and all(c["concurrency"] is None and c["replicas"] is None for c in configs)
     assert "nodes need RDMA" in doc["results"]["plan"]["notes"][1]
+
+
+def test_vllm_sizes_its_scheduler_by_the_gpu(cat):
+    """vLLM's API-server defaults (vllm/engine/arg_utils.py, get_batch_defaults): 8,192 batched tokens
+    and 1,024 sequences on a GPU of 70 GiB or more that is not an A100, 2,048 and 256 elsewhere.
+    A 24 GB card then profiles a 2,048-token chunk, not 8,192, and holds more sequences."""
+    from gpusizer.domain.run import RunConfig
+    from gpusizer.domain.shape import shape_from_model
+    from gpusizer.memory.serving import EngineLimits, engine_limits, serving_capacity
+    from gpusizer.models.zoo import load_zoo
+
+    limits = {g: engine_limits(cat.by_id(g).memory_bytes, cat.by_id(g).name)
+              for g in ("h100-sxm5-80gb", "h200-sxm-141gb", "a100-sxm4-80gb", "rtx-4090", "l40s")}
+    assert limits == {"h100-sxm5-80gb": (8192, 1024), "h200-sxm-141gb": (8192, 1024), "a100-sxm4-80gb": (2048, 256),
+                      "rtx-4090": (2048, 256), "l40s": (2048, 256)}
+    shape = shape_from_model(load_zoo().resolve("llama-3.1-8b"))
+    g = cat.by_id("rtx-4090")
+    small = serving_capacity(shape, RunConfig(mode="inference"), g.memory_bytes, 4096, gpu_name=g.name)
+    large = serving_capacity(shape, RunConfig(mode="inference"), g.memory_bytes, 4096,
+                             limits=EngineLimits(8192, 1024))
+    assert (small.max_batched_tokens, small.max_num_seqs) == (2048, 256)
+    assert small.activation_bytes < large.activation_bytes and small.kv_tokens > large.kv_tokens

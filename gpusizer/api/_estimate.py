@@ -354,7 +354,7 @@ def _serving_capacity(shape: ModelShape, mem_cfg: RunConfig, g: Gpu, context: in
     if max(par.pp, par.cp, par.ep) > 1 or par.weight_shards > 1:
         return None
     run = mem_cfg.model_copy(update={**tensor_parallel(par.tp), "tp": None})
-    return serving_capacity(shape, run, g.memory_bytes, context)
+    return serving_capacity(shape, run, g.memory_bytes, context, gpu_name=g.name)
 
 def _estimate_run(
     shape: ModelShape, cfg: RunConfig, mem_cfg: RunConfig, g: Gpu, inputs: dict[str, Any], notes: list[str],

@@ -110,8 +110,9 @@ def _latency_row(
         raise UsageError("serving capacity needs a decoder's shape", field="model")
     sizes = (tp,) if tp is not None else tp_sizes(m, max_tp)
     caps = {t: serving_capacity(shape, cfg.model_copy(update=tensor_parallel(t)), g.memory_bytes, context,
-                                utilization=utilization) for t in sizes}
-    dep = fewest_gpus_within_latency(g, shape, cfg, {t: c.max_concurrency for t, c in caps.items()},
+                                utilization=utilization, gpu_name=g.name) for t in sizes}
+    # (a replica runs at most the engine's max_num_seqs at once, whatever its memory holds)
+    dep = fewest_gpus_within_latency(g, shape, cfg, {t: min(c.max_concurrency, c.max_num_seqs) for t, c in caps.items()},
                                      context=context, users=users, max_itl_s=max_itl_s)
     cap = caps[dep.tp] if dep is not None else None
     best = cap or max(caps.values(), key=lambda c: c.max_concurrency)
@@ -176,13 +177,14 @@ def serve(
                 raise UsageError(f"tensor parallelism over {tp} GPUs does not divide {shape.name}'s {m.heads} "
                                  f"attention heads and {m.n_kv_heads} KV heads", field="tp")
             run = cfg.model_copy(update=tensor_parallel(tp))
-            cap = serving_capacity(shape, run, g.memory_bytes, context, utilization=gpu_memory_utilization)
+            cap = serving_capacity(shape, run, g.memory_bytes, context, utilization=gpu_memory_utilization,
+                                   gpu_name=g.name)
             ok = cap.max_concurrency >= (users or 1)
             rows.append(ServeRow(gpu_id=g.id, gpu_name=g.name, memory_bytes=g.memory_bytes, gpus=tp if ok else None,
                                  max_concurrency=cap.max_concurrency, capacity=cap, tried=(cap,)))
             continue
         plan = fewest_gpus_to_serve(shape, cfg, g.memory_bytes, context, users or 1,
-                                    utilization=gpu_memory_utilization, max_gpus=max_tp)
+                                    utilization=gpu_memory_utilization, max_gpus=max_tp, gpu_name=g.name)
         best = plan.capacity or (plan.tried[-1] if plan.tried else None)
         rows.append(ServeRow(gpu_id=g.id, gpu_name=g.name, memory_bytes=g.memory_bytes, gpus=plan.gpus,
                              max_concurrency=best.max_concurrency if best else 0, capacity=plan.capacity,

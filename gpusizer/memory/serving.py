@@ -26,6 +26,8 @@ prefill chunk, ``ceil(min(window - 1 + max_batched_tokens, context) / 16) + 1``
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from gpusizer.domain.parallelism import NODE_GPUS, Parallelism, tensor_parallel
@@ -40,12 +42,34 @@ from gpusizer.units import GIB
 BLOCK_TOKENS = 16
 #: vLLM's default ``--gpu-memory-utilization``: the share of GPU memory the engine may use.
 DEFAULT_UTILIZATION = 0.9
-#: The prefill chunk the engine profiles its activation peak with (vLLM V1's
-#: ``max_num_batched_tokens`` for the API server).
-MAX_BATCHED_TOKENS = 8192
-#: Sequences sampled together at most (vLLM's ``--max-num-seqs`` default, 256); their
-#: last-position logits are live at once.
-MAX_NUM_SEQS = 256
+
+
+class EngineLimits(NamedTuple):
+    """The scheduler's limits a serving engine sizes its memory with: the tokens of one step
+    (``max_num_batched_tokens``, the prefill chunk the activation peak is profiled with) and the
+    sequences in flight (``max_num_seqs``, whose last-position logits are sampled together)."""
+
+    max_batched_tokens: int
+    max_num_seqs: int
+
+
+#: vLLM's defaults for its OpenAI API server, by GPU (vllm/engine/arg_utils.py,
+#: EngineArgs.get_batch_defaults, since vllm-project/vllm PR #17885, 2025): a GPU with at least
+#: 70 GiB whose name does not contain "a100" ("for GPUs like H100 and MI300x") gets 8,192 tokens
+#: and 1,024 sequences; every other GPU 2,048 and 256 (large budgets lowered an A100's throughput)
+LARGE_GPU_BYTES = 70 * GIB
+LARGE_GPU_LIMITS = EngineLimits(max_batched_tokens=8192, max_num_seqs=1024)
+SMALL_GPU_LIMITS = EngineLimits(max_batched_tokens=2048, max_num_seqs=256)
+#: The largest of them: what a note about every GPU may assume
+MAX_BATCHED_TOKENS = LARGE_GPU_LIMITS.max_batched_tokens
+MAX_NUM_SEQS = LARGE_GPU_LIMITS.max_num_seqs
+
+
+def engine_limits(gpu_memory_bytes: int, gpu_name: str) -> EngineLimits:
+    """vLLM's default scheduler limits on a GPU of ``gpu_memory_bytes`` named ``gpu_name``."""
+    large = gpu_memory_bytes >= LARGE_GPU_BYTES and "a100" not in gpu_name.lower()
+    return LARGE_GPU_LIMITS if large else SMALL_GPU_LIMITS
+
 #: Memory CUDA-graph capture keeps outside the KV cache. vLLM logs it at start-up
 #: ("Graph capturing finished in N secs, took X GiB"); it grows with the batch sizes
 #: captured and the model's layers.
@@ -92,6 +116,10 @@ class ServingCapacity(BaseModel):
     #: sequences of ``context_tokens`` held at once (0: not even one)
     max_concurrency: int
     kv_cache: str
+    #: the engine's limits the memory was sized with (EngineLimits): the prefill chunk, and the
+    #: sequences it runs at once at most (a concurrency beyond it waits, whatever memory holds)
+    max_batched_tokens: int
+    max_num_seqs: int
 
     @property
     def fits(self) -> bool:
@@ -155,12 +183,16 @@ def blocks_per_request(m: TransformerShape, context: int, max_batched_tokens: in
 
 
 def serving_capacity(
-    shape: ModelShape, cfg: RunConfig, gpu_memory_bytes: int, context: int, *,
-    utilization: float = DEFAULT_UTILIZATION, max_batched_tokens: int = MAX_BATCHED_TOKENS,
+    shape: ModelShape, cfg: RunConfig, gpu_memory_bytes: int, context: int, *, gpu_name: str = "",
+    utilization: float = DEFAULT_UTILIZATION, limits: EngineLimits | None = None,
     cuda_graph_bytes: int = CUDA_GRAPH_BYTES,
 ) -> ServingCapacity:
     """The concurrency one tensor-parallel group holds for sequences of ``context``
-    tokens; ``cfg.gpus`` with ``cfg.strategy == "tp"`` is the group's size."""
+    tokens; ``cfg.gpus`` with ``cfg.strategy == "tp"`` is the group's size. ``limits``: the
+    engine's scheduler limits, by default vLLM's for the GPU (:func:`engine_limits`, which reads
+    ``gpu_name``)."""
+    limits = limits or engine_limits(gpu_memory_bytes, gpu_name)
+    max_batched_tokens = limits.max_batched_tokens
     m = shape.transformer
     if m is None or not m.has_kv_cache:
         raise UsageError("serving capacity counts a decoder's KV cache: the model needs a decoder's shape",
@@ -175,7 +207,9 @@ def serving_capacity(
     # the engine profiles one prefill chunk; its weights and working activations
     chunk = cfg.model_copy(update={"batch": 1, "seq_len": min(max_batched_tokens, max(context, 1))})
     mem = estimate_memory(shape, chunk)
-    sampler = 4 * m.vocab * MAX_NUM_SEQS  # fp32 logits of the sequences sampled together, on every rank
+    # fp32 logits of the sequences sampled together, on every rank (vLLM's dummy sampler run:
+    # min(max_num_seqs, max_num_batched_tokens) of them)
+    sampler = 4 * m.vocab * min(limits.max_num_seqs, max_batched_tokens)
     activations = mem.activations_bytes + mem.transient_bytes + sampler
     context_bytes = DEFAULT_CONTEXT_BYTES if cfg.context_bytes is None else cfg.context_bytes
     budget = int(gpu_memory_bytes * utilization)
@@ -196,7 +230,8 @@ def serving_capacity(
         context_bytes=context_bytes, cuda_graph_bytes=cuda_graph_bytes, kv_budget_bytes=kv_budget,
         kv_bytes_per_token=per_token, blocks=blocks, block_bytes=block_bytes, blocks_per_sequence=per_sequence,
         kv_tokens=blocks // groups.count * BLOCK_TOKENS,
-        max_concurrency=concurrency, kv_cache=cfg.kv_cache,
+        max_concurrency=concurrency, kv_cache=cfg.kv_cache, max_batched_tokens=max_batched_tokens,
+        max_num_seqs=limits.max_num_seqs,
     )
 
 
@@ -220,7 +255,7 @@ def tp_sizes(m: TransformerShape, limit: int = 64) -> tuple[int, ...]:
 
 def fewest_gpus_to_serve(
     shape: ModelShape, cfg: RunConfig, gpu_memory_bytes: int, context: int, users: int, *,
-    utilization: float = DEFAULT_UTILIZATION, max_gpus: int = MAX_TP,
+    utilization: float = DEFAULT_UTILIZATION, max_gpus: int = MAX_TP, gpu_name: str = "",
 ) -> ServingPlan:
     """The smallest tensor-parallel group, up to ``max_gpus``, whose KV cache holds ``users``
     sequences of ``context``."""
@@ -230,7 +265,7 @@ def fewest_gpus_to_serve(
     tried = []
     for tp in tp_sizes(m, max_gpus):
         run = cfg.model_copy(update=tensor_parallel(tp))
-        cap = serving_capacity(shape, run, gpu_memory_bytes, context, utilization=utilization)
+        cap = serving_capacity(shape, run, gpu_memory_bytes, context, utilization=utilization, gpu_name=gpu_name)
         tried.append(cap)
         if cap.max_concurrency >= users:
             return ServingPlan(users=users, gpus=tp, capacity=cap, tried=tuple(tried))
@@ -240,6 +275,8 @@ def fewest_gpus_to_serve(
 __all__ = [
     "BLOCK_TOKENS",
     "DEFAULT_UTILIZATION",
+    "EngineLimits",
+    "engine_limits",
     "KvCacheGroups",
     "ServingCapacity",
     "ServingPlan",

@@ -28,7 +28,7 @@ from gpusizer.domain.shape import ModelShape
 from gpusizer.errors import UsageError
 from gpusizer.hardware.catalog import Gpu
 from gpusizer.hardware.systems import System
-from gpusizer.memory.serving import MAX_NUM_SEQS, serving_capacity, tp_sizes
+from gpusizer.memory.serving import LARGE_GPU_LIMITS, SMALL_GPU_LIMITS, serving_capacity, tp_sizes
 from gpusizer.performance.planning import training_seconds
 from gpusizer.ranking.configs import Configuration, Plan, PlanRequest
 from gpusizer.ranking.rules import RuleSet
@@ -120,8 +120,9 @@ def plan_serving(
     qualifying = _qualifying(base)
     for res in qualifying:
         cand = by_id[res.gpu_id]
-        held = {t: serving_capacity(shape, cfg.model_copy(update=tensor_parallel(t)), cand.capacity_bytes,
-                                    context).max_concurrency for t in tp_sizes(shape.transformer, NODE_GPUS)}
+        caps = [serving_capacity(shape, cfg.model_copy(update=tensor_parallel(t)), cand.capacity_bytes, context,
+                                 gpu_name=cand.gpu.name) for t in tp_sizes(shape.transformer, NODE_GPUS)]
+        held = {c.tp: min(c.max_concurrency, c.max_num_seqs) for c in caps}
         dep = fewest_gpus_within_latency(cand.gpu, shape, cfg, held, context=context, users=preq.users,
                                          max_itl_s=preq.max_itl_s, compute_precision=base.precision,
                                          tf32=base.tf32, **req.perf_data)
@@ -258,7 +259,8 @@ def _serving_note(req: RecommendRequest, rules: RuleSet, shape: ModelShape | Non
     """How a serving plan's throughput is counted, in words."""
     assert shape is not None
     context = input_seq_len(req, rules.workload(req.workload).speed, shape)
-    held = (f"the sequences of {context:,} tokens its KV cache holds (at most {MAX_NUM_SEQS}, vLLM's max_num_seqs)"
+    held = (f"the sequences of {context:,} tokens its KV cache holds (at most vLLM's max_num_seqs: "
+            f"{LARGE_GPU_LIMITS.max_num_seqs:,} on 70 GiB GPUs but the A100, else {SMALL_GPU_LIMITS.max_num_seqs})"
             if req.batch is None else f"{plural(req.batch, 'sequence')} of {context:,} tokens (the batch given)")
     return f"each replica decodes {held}; tok/s counts every replica; replicas exchange nothing"
 

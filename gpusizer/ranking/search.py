@@ -1126,10 +1126,8 @@ def _speed_basis(wl: Workload, req: RecommendRequest, precision: str, shape: Mod
         return "not estimated: no model given and no reference model passed (see recommend.reference_shape)"
     mode = "training" if wl.mode == "train" else "inference"
     if serves(req, shape, wl.mode):
-        from gpusizer.memory.serving import MAX_NUM_SEQS
-
         batch = (f"decoding as many sequences of {input_seq_len(req, wl.speed, shape):,} tokens as each "
-                 f"replica's paged KV cache holds (at most {MAX_NUM_SEQS})")
+                 "replica's paged KV cache holds (at most vLLM's max_num_seqs for the GPU)")
     else:
         batch = (f"batch {req.batch} per GPU" if req.batch is not None
                  else f"batch {wl.speed.batch or 1} per GPU (less where it does not fit)")
@@ -1162,17 +1160,18 @@ def input_seq_len(req: RecommendRequest, spec: SpeedSpec, shape: ModelShape) -> 
     return req.seq_len or (spec.seq_len if req.shape is None else None) or default_seq_len(shape)
 
 
-def serving_batch(shape: ModelShape, cfg: RunConfig, capacity_bytes: int, strategy: str, gpus_per_node: int) -> int:
+def serving_batch(shape: ModelShape, cfg: RunConfig, cand: Candidate, strategy: str, gpus_per_node: int) -> int:
     """Sequences of ``cfg``'s context one replica decodes at once: what its paged KV cache holds
-    (memory.serving, vLLM's accounting), at most vLLM's ``max_num_seqs``. A tensor-parallel
-    replica is a node's GPUs; otherwise each GPU is one."""
+    (memory.serving, vLLM's accounting), at most vLLM's ``max_num_seqs`` for the GPU. A
+    tensor-parallel replica is a node's GPUs; otherwise each GPU is one."""
     from gpusizer.memory.estimate import default_seq_len
-    from gpusizer.memory.serving import MAX_NUM_SEQS, serving_capacity
+    from gpusizer.memory.serving import serving_capacity
 
     tp = Parallelism.of(strategy, gpus_per_node).tp
     run = cfg.model_copy(update=tensor_parallel(tp))
-    held = serving_capacity(shape, run, capacity_bytes, cfg.seq_len or default_seq_len(shape)).max_concurrency
-    return min(held, MAX_NUM_SEQS)
+    cap = serving_capacity(shape, run, cand.capacity_bytes, cfg.seq_len or default_seq_len(shape),
+                           gpu_name=cand.gpu.name)
+    return min(cap.max_concurrency, cap.max_num_seqs)
 
 
 def _proxy_field(spec: SpeedSpec, req: RecommendRequest) -> str | None:
@@ -1201,7 +1200,7 @@ def _speed(
         batch = req.batch
     elif serves(req, shape, sized.mode):
         try:
-            batch = serving_batch(shape, sized, cand.capacity_bytes, req.strategy, req.gpus_per_node)
+            batch = serving_batch(shape, sized, cand, req.strategy, req.gpus_per_node)
         except UsageError as exc:
             return Speed(method="performance-model", throughput_per_s=None, unit="", note=exc.message)
         if batch < 1:
