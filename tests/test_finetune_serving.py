@@ -615,3 +615,15 @@ def test_mistral_7b_v01_keeps_a_4096_token_window_on_every_layer():
     assert windowed.blocks_per_sequence == (4095 + 8192 + 15) // 16 + 1
     assert unwindowed.blocks_per_sequence == 32768 // 16
     assert windowed.max_concurrency > 2 * unwindowed.max_concurrency
+
+
+def test_latency_search_stops_at_what_the_engine_runs_at_once(cli_json):
+    """A short context on an H100 fits more sequences than vLLM runs at once (max_num_seqs 1,024 on a
+    GPU of 70 GiB or more): a loose target then stops at the engine's limit, and says so."""
+    doc = cli_json("estimate", "--model", "llama-3.1-8b", "--gpu", "h100-sxm5-80gb", "--inference", "--seq-len", "256",
+                   "--max-itl-ms", "1000")
+    serving = doc["results"]["serving"]
+    assert serving["memory_concurrency"] > 1024
+    assert serving["concurrency"] == 1024 and serving["limited_by"] == "engine"
+    assert serving["itl_s"] <= 1.0
+    assert any(n.startswith("the engine, not latency or memory, limits the concurrency") for n in doc["notes"])

@@ -306,11 +306,12 @@ def _serving(
     if not max_itl_ms > 0:
         raise UsageError(f"the latency target {max_itl_ms:g} ms must be positive", field="max_itl_ms")
     capacity = _serving_capacity(shape, mem_cfg, g, context)
+    engine = None  # the sequences the engine runs at once at most (vLLM's max_num_seqs for the GPU)
     if capacity is not None:
-        held = capacity.max_concurrency
+        held, engine = capacity.max_concurrency, capacity.max_num_seqs
     else:  # a layout the serving model does not cover (pipeline, context or expert parallel, sharded weights)
         held = largest_batch(shape, mem_cfg.model_copy(update={"seq_len": context}), g.memory_bytes) or 0
-    limit = max(1, min(held, MAX_SEARCH_CONCURRENCY))
+    limit = max(1, min(held, engine or held, MAX_SEARCH_CONCURRENCY))
     found = concurrency_for_latency(g, shape, cfg, context=context, prompt=prompt, max_itl_s=max_itl_ms / 1e3,
                                     limit=limit, **kw)
     if found is None:
@@ -320,9 +321,15 @@ def _serving(
         return serving_speed(g, shape, one, context=context, prompt=prompt, concurrency=1, **kw), one, \
             "latency target not met: concurrency 1"
     # the search stops at what memory holds (or its own cap); below that the latency stopped it
-    limited_by: Literal["latency", "memory"] = "memory" if found.concurrency >= limit else "latency"
+    limited_by: Literal["latency", "memory", "engine"] = "latency" if found.concurrency < limit else (
+        "engine" if engine is not None and engine < held else "memory")
     found = found.model_copy(update={"limited_by": limited_by, "memory_concurrency": held})
-    if limited_by == "memory" and held < 1:
+    if limited_by == "engine":
+        notes.append(f"the engine, not latency or memory, limits the concurrency: it runs at most {engine:,} "
+                     f"sequences at once (vLLM's max_num_seqs on {g.id}; memory holds {held:,}), which decode in "
+                     f"{found.itl_s * 1e3:.2f} ms a token, within {max_itl_ms:g} ms")
+        note = f"the most the engine runs at once, {engine:,}; their inter-token latency is within {max_itl_ms:g} ms"
+    elif limited_by == "memory" and held < 1:
         notes.append(f"memory holds no sequence of {context:,} tokens on {g.id}: the figures at concurrency 1 "
                      "are hypothetical")
         note = "memory holds no sequence: concurrency 1"

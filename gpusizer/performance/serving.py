@@ -44,9 +44,10 @@ class ServingSpeed(BaseModel):
     aggregate_tokens_s: float
     #: the latency target the concurrency was chosen for, if any
     max_itl_s: float | None = None
-    #: with a latency target: what stopped the search, the target ("latency") or the sequences the
-    #: GPU's memory holds ("memory", the ITL is then below the target)
-    limited_by: Literal["latency", "memory"] | None = None
+    #: with a latency target: what stopped the search, the target ("latency"), the sequences the
+    #: GPU's memory holds ("memory") or the engine runs at once ("engine", vLLM's max_num_seqs);
+    #: but for "latency" the ITL is below the target
+    limited_by: Literal["latency", "memory", "engine"] | None = None
     #: with a latency target: sequences of the context memory holds (serve's paged KV cache)
     memory_concurrency: int | None = None
     #: the decode step is a lower bound, so the rates are upper bounds (PerfEstimate.upper_bound)
