@@ -183,8 +183,13 @@ def test_serve_needs_a_decoder():
 
 
 def test_nothing_serves_exits_4(cli_json):
-    doc = cli_json("serve", "--model", "llama-3-70b", "--gpu", "rtx-4090", "--users", "32", code=ExitCode.NOTHING_FITS)
+    """Llama 3.1 405B in 16 bits (810 GB) is more than 8 RTX 4090s hold, so no replica serves anyone;
+    Llama 3 70B fits 12 sequences in 8 of them, so 32 users take 3 replicas."""
+    doc = cli_json("serve", "--model", "llama-3.1-405b", "--gpu", "rtx-4090", "--users", "32",
+                   code=ExitCode.NOTHING_FITS)
     assert doc["results"]["serves_on"] == []
+    row = cli_json("serve", "--model", "llama-3-70b", "--gpu", "rtx-4090", "--users", "32")["results"]["rows"][0]
+    assert (row["gpus"], row["replicas"]) == (8, 3) and row["max_concurrency"] * 3 >= 32
 
 
 def test_serve_checks_nvidia_gpus_unless_another_vendor_is_asked_for(cli_json):
@@ -211,9 +216,9 @@ def test_serve_checks_nvidia_gpus_unless_another_vendor_is_asked_for(cli_json):
 
 
 def test_when_nothing_serves_serve_says_which_vendors_it_checked(cli_json):
-    """Nothing serves DeepSeek-V3 to 64 users at 128k tokens within one node: the note says only
-    NVIDIA GPUs were checked (the default), and not when every vendor's were."""
-    args = ("serve", "--model", "deepseek-v3", "--context", "131072", "--users", "64")
+    """No GPU holds one DeepSeek-V3 sequence of 16M tokens (its latent cache alone is over a TB) in
+    a node: the note says only NVIDIA GPUs were checked (the default), and not when every vendor's were."""
+    args = ("serve", "--model", "deepseek-v3", "--context", "16777216", "--users", "64")
     default = cli_json(*args, code=ExitCode.NOTHING_FITS)
     assert default["results"]["serves_on"] == []
     assert any(n.startswith("only NVIDIA GPUs were checked") for n in default["notes"])

@@ -189,7 +189,7 @@ def test_serving_one_sequence_reads_singular(cli):
 def test_serve_verdict_one_sequence(cli):
     out = cli("serve", "--model", "llama-2-7b", "--gpu", "h100-sxm5-80gb", "--users", "1", "--context", "1000000",
               env={"COLUMNS": "200"}).stdout
-    assert "holds 1 sequence of 1,000,000 tokens" in out
+    assert "serve 1 sequence of 1,000,000 tokens, up to 1 a replica" in out
 
 
 def test_unmodelled_activations_are_not_shown_as_zero(cli, cli_json):

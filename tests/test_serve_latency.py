@@ -75,9 +75,12 @@ def test_recommend_users_answers_the_issue_question_as_serve_does(cli_json):
     assert plan["objective"] == "serve"
     assert doc["input"]["users"] == 32 and doc["input"]["max_itl_ms"] == 50
     by_gpu = {c["gpu_id"]: c for c in plan["configurations"]}
+    # serve's answer is 4 H100s at TP=4; SXM modules are bought as a board of 8, whose other 4
+    # GPUs are a second replica (the users shared: 16 each), priced as the whole board
     h100 = by_gpu["h100-sxm5-80gb"]
-    assert (h100["gpus_total"], h100["replicas"], h100["gpus_per_node"]) == (4, 1, 4)
-    for gpu in ("h100-sxm5-80gb", "rtx-4090", "l40s"):
+    assert (h100["gpus_total"], h100["replicas"], h100["gpus_per_node"], h100["concurrency"]) == (8, 2, 4, 16)
+    assert h100["price_total_usd"] == pytest.approx(8 * h100["price"]["usd"])
+    for gpu in ("rtx-4090", "l40s"):
         row = cli_json("serve", "--model", "llama-3-70b", "--users", "32", "--context", "4096", "--max-itl-ms", "50",
                        "--gpu", gpu)["results"]["rows"][0]
         c = by_gpu[gpu]
@@ -114,3 +117,56 @@ def test_recommend_users_refuses_what_it_cannot_size(cli, args, field):
     done = cli("recommend", *args)
     assert done.exit_code == 2, done.stdout
     assert field in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_gpu_the_speed_model_cannot_time_is_left_out_not_fatal(cli_json):
+    """Gaudi 2 publishes no FP32 or FP16 matrix rate: with every vendor's GPUs, the deployments of the
+    others are still sized, and a note names the GPUs left out."""
+    doc = cli_json("recommend", "--workload", "llm-inference", "--model", "llama-3-70b", "--users", "32",
+                   "--vendor", "any", "--top", "3")
+    plan = doc["results"]["plan"]
+    assert plan["configurations"] and any(n.startswith("not sized, their speed being unknown: gaudi2")
+                                         for n in plan["notes"])
+    served = cli_json("serve", "--model", "llama-3-70b", "--users", "32", "--max-itl-ms", "50", "--gpu", "gaudi2",
+                      "--gpu", "h100-sxm5-80gb")
+    rows = {r["gpu_id"]: r for r in served["results"]["rows"]}
+    assert rows["gaudi2"]["gpus"] is None and rows["h100-sxm5-80gb"]["gpus"] == 4
+    assert any("gaudi2" in n and "speed being unknown" in n for n in served["notes"])
+
+
+def test_recommend_users_keeps_within_the_power_cap(cli_json):
+    doc = _deployments(cli_json, "--max-power", "3000")
+    cat = {g["id"]: g for g in cli_json("catalog", "list")["results"]}
+    configs = doc["results"]["plan"]["configurations"]
+    assert configs and all(cat[c["gpu_id"]]["tdp_w"] * c["gpus_total"] <= 3000 for c in configs)
+
+
+def test_recommend_users_says_why_nothing_is_listed(cli_json):
+    doc = cli_json("recommend", "--workload", "llm-inference", "--model", "llama-3-70b", "--users", "32",
+                   "--max-itl-ms", "1", code=4)
+    assert doc["results"]["plan"]["shortfall"] == (
+        "no GPU checked serves them within 1 ms a token in replicas of up to 8 GPUs each")
+    doc = cli_json("recommend", "--workload", "llm-inference", "--model", "llama-3-70b", "--users", "32",
+                   "--budget", "1000", code=4)
+    assert doc["results"]["plan"]["shortfall"].startswith("no deployment that serves them is within the budget; "
+                                                          "the cheapest, ")
+
+
+@pytest.mark.parametrize(("args", "field"), [
+    (("recommend", "--workload", "llm-inference", "--model", "llama-3-70b", "--users", "32", "--batch", "4"),
+     "--batch"),
+    (("recommend", "--workload", "llm-inference", "--model", "llama-3-70b", "--users", "32", "--system", "dgx-h100"),
+     "--system"),
+    (("serve", "--model", "llama-3-70b", "--users", "32", "--tp", "3", "--max-itl-ms", "50", "--gpu", "h100"),
+     "--tp"),
+])
+def test_errors_name_the_option_given(cli, args, field):
+    done = cli(*args)
+    assert done.exit_code == 2 and done.stderr.startswith(f"Error: {field}:"), done.stderr
+
+
+def test_a_model_no_gpu_holds_is_a_memory_verdict_not_a_latency_one(cli):
+    done = cli("serve", "--model", "llama-3-70b", "--users", "32", "--max-itl-ms", "1000", "--tp", "1",
+               "--gpu", "h100-sxm5-80gb")
+    assert done.exit_code == 4
+    assert "no GPU checked serves this" in done.stdout and "looser target" not in done.stdout

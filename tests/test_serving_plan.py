@@ -31,7 +31,7 @@ def plan_70b(cli_json):
 def test_each_serving_configuration_is_what_serve_and_estimate_say(plan_70b, cli_json):
     configs = plan_70b["configurations"]
     assert len(configs) == 5
-    for c in configs[:2]:
+    for c in configs:
         tp = c["gpus_per_node"] if c["strategy"] == "tp" else 1
         assert c["replicas"] == c["gpus_total"] // tp
         served = cli_json("serve", "--model", "llama-3.1-70b", "--gpu", c["gpu_id"], "--tp", str(tp),
@@ -52,8 +52,6 @@ def test_serving_configurations_are_ranked_by_tokens_served(plan_70b):
     assert speeds == sorted(speeds, reverse=True)
     for c in configs:
         assert 1 <= c["concurrency"] <= MAX_NUM_SEQS
-        # tokens/s = sequences in flight / the time of one decode step of all of them
-        assert c["throughput_per_s"] == pytest.approx(c["replicas"] * c["concurrency"] / c["itl_s"], rel=1e-9)
     # a replica that holds many sequences beats many replicas of one: the winner decodes dozens at once
     assert configs[0]["concurrency"] >= 32
     assert plan_70b["goal"] == "the most tokens/s served for $60,000 of GPUs"

@@ -49,6 +49,18 @@ def _check_range(value: float | None, field: str, what: str, low: float, high: f
     except ValueError as exc:
         raise UsageError(f"{what} {exc}", field=field) from None
 
+def check_latency_target(max_itl_ms: float | None, users: int | None, *, needs_users: bool = True) -> float | None:
+    """An inter-token latency target in seconds (None: none given), checked: a positive, finite
+    number of milliseconds, and (``needs_users``) given with the users it sizes the GPUs for."""
+    if max_itl_ms is None:
+        return None
+    if needs_users and users is None:
+        raise UsageError("a latency target sizes the GPUs for a number of users: give the users", field="max_itl_ms")
+    if not 0 < max_itl_ms < float("inf"):
+        raise UsageError(f"the latency target {max_itl_ms:g} ms must be a positive number", field="max_itl_ms")
+    return max_itl_ms / 1e3
+
+
 def resolve_model(
     model: str | ModelShape | None = None, *, params: str | int | None = None, hf_config: str | Path | None = None,
     cache_dir: Path | None = None, hf_model: str | None = None,

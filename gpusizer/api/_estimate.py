@@ -15,6 +15,7 @@ from gpusizer.api._common import (
     _check_cluster,
     _check_range,
     _run,
+    check_latency_target,
     checkpoint_run,
     load_catalog,
     perf_data,
@@ -303,8 +304,7 @@ def _serving(
     if max_itl_ms is None:
         return serving_speed(g, shape, cfg, context=context, prompt=prompt, concurrency=cfg.batch, **kw), cfg, \
             batch_note
-    if not max_itl_ms > 0:
-        raise UsageError(f"the latency target {max_itl_ms:g} ms must be positive", field="max_itl_ms")
+    check_latency_target(max_itl_ms, None, needs_users=False)
     capacity = _serving_capacity(shape, mem_cfg, g, context)
     engine = None  # the sequences the engine runs at once at most (vLLM's max_num_seqs for the GPU)
     if capacity is not None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -12,6 +11,7 @@ from pydantic import Field
 from gpusizer.api._common import (
     Result,
     _check_cluster,
+    check_latency_target,
     checkpoint_run,
     load_catalog,
     perf_data,
@@ -113,7 +113,7 @@ def recommend(
         candidates = tuple(c for c in candidates if c.gpu.id == sys_.gpu)
     reference = _reference(ruleset, wl, cache_dir) if shape is None else None
     rec = _recommend(candidates, ruleset, req, reference=reference, pool=cat.gpus)
-    _check_plan_inputs(preq, gpus, nodes, budget)
+    _check_plan_inputs(preq, gpus, nodes, budget, system)
     if preq is not None:
         rec = rec.model_copy(update={"plan": _plan(preq, candidates, ruleset, req, reference, cat, cache_dir)})
     inputs = {
@@ -213,10 +213,14 @@ def _plan(
                       pool=cat.gpus)
 
 
-def _check_plan_inputs(preq: PlanRequest | None, gpus: int | None, nodes: int, budget: float | None) -> None:
+def _check_plan_inputs(preq: PlanRequest | None, gpus: int | None, nodes: int, budget: float | None,
+                       system: str | None = None) -> None:
     """The optimizer chooses the counts: a count or a second objective given with it would be ignored."""
     if preq is None:
         return
+    if preq.objective == "serve" and system is not None:
+        raise UsageError("sizing a deployment for users chooses the GPU type and count, not a system's",
+                         hint="drop the system, or size its GPU with serve", field="system")
     if preq.objective == "budget" and nodes > 1:
         raise UsageError("a purchase budget chooses the counts, nodes included", hint="drop the nodes, or give the "
                          "GPUs per node too to rank single GPUs at that size", field="nodes")
@@ -237,19 +241,14 @@ def _serving_request(
     preq: PlanRequest | None, users: int | None, max_itl_ms: float | None, budget: float | None, top: int,
 ) -> PlanRequest | None:
     """The serving objective when users are given (a purchase budget then caps its price)."""
+    max_itl_s = check_latency_target(max_itl_ms, users)
     if users is None:
-        if max_itl_ms is not None:
-            raise UsageError("a latency target sizes the GPUs for a number of users: give the users",
-                             field="max_itl_ms")
         return preq
     if preq is not None and preq.objective != "budget":
         raise UsageError(f"give the users or a cloud objective ({preq.objective}), not both", field="users")
     if not 1 <= users <= MAX_USERS:
         raise UsageError(f"the users must be a whole number from 1 to {MAX_USERS:,}", field="users")
-    if max_itl_ms is not None and not 0 < max_itl_ms < math.inf:
-        raise UsageError(f"the latency target {max_itl_ms:g} ms must be a positive number", field="max_itl_ms")
-    return PlanRequest(objective="serve", users=users, budget_usd=budget, top=top,
-                       max_itl_s=max_itl_ms / 1e3 if max_itl_ms is not None else None)
+    return PlanRequest(objective="serve", users=users, budget_usd=budget, top=top, max_itl_s=max_itl_s)
 
 
 def _plan_request(

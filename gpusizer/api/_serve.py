@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from gpusizer.api._common import _FROZEN, Result, _given_weights, _run, checkpoint_defaults, load_catalog, resolve_model
+from gpusizer.api._common import (
+    _FROZEN,
+    Result,
+    _given_weights,
+    _run,
+    check_latency_target,
+    checkpoint_defaults,
+    load_catalog,
+    resolve_model,
+)
 from gpusizer.domain.parallelism import tensor_parallel
 from gpusizer.domain.run import RunConfig
 from gpusizer.domain.shape import ModelShape, beyond_context_note
@@ -23,6 +31,7 @@ from gpusizer.memory.serving import (
     MAX_TP,
     ServingCapacity,
     fewest_gpus_to_serve,
+    group_capacities,
     serving_capacity,
     tp_sizes,
 )
@@ -87,32 +96,53 @@ def _window_note(shape: ModelShape, context: int) -> str | None:
             "not the whole context (vLLM's hybrid KV-cache manager); kv_bytes_per_token counts every layer")
 
 
-def _latency_target(max_itl_ms: float, users: int | None) -> float:
-    """The latency target in seconds, checked: positive and finite, with a number of users."""
-    if users is None:
-        raise UsageError("a latency target sizes the GPUs for a number of users: give the users",
-                         field="max_itl_ms")
-    if not 0 < max_itl_ms < math.inf:
-        raise UsageError(f"the latency target {max_itl_ms:g} ms must be a positive number", field="max_itl_ms")
-    return max_itl_ms / 1e3
+def _check_tp(shape: ModelShape, tp: int | None) -> None:
+    """A fixed tensor-parallel size must divide the model's attention heads and KV heads."""
+    m = shape.transformer
+    if tp is not None and m is not None and not m.allows_tp(tp):
+        raise UsageError(f"tensor parallelism over {tp} GPUs does not divide {shape.name}'s {m.heads} "
+                         f"attention heads and {m.n_kv_heads} KV heads", field="tp")
+
+
+def _user_rows(
+    shape: ModelShape, cfg: RunConfig, gpus: Sequence[Gpu], context: int, users: int | None, max_itl_ms: float | None,
+    tp: int | None, max_tp: int, utilization: float,
+) -> tuple[list[ServeRow], list[str]]:
+    """Each GPU's deployment for ``users`` (:func:`_latency_row`), and the notes on them: the GPUs
+    whose speed is unknown (left out of the search) and those whose latency is a lower bound."""
+    max_itl_s = check_latency_target(max_itl_ms, users)
+    rows, unknown = [], []
+    for g in gpus:
+        try:
+            rows.append(_latency_row(shape, cfg, g, context, users or 1, max_itl_s, tp, max_tp, utilization))
+        except UsageError as exc:  # (a GPU the speed model cannot time: its rates are unknown)
+            if exc.field not in (None, "gpu"):
+                raise
+            unknown.append(g.id)
+            rows.append(ServeRow(gpu_id=g.id, gpu_name=g.name, memory_bytes=g.memory_bytes, gpus=None,
+                                 max_concurrency=0, capacity=None, tried=()))
+    notes = [f"not sized, their speed being unknown: {', '.join(unknown)} (estimate on each says why)"] if unknown else []
+    low = [r.gpu_id for r in rows if r.itl_lower_bound]
+    if low:
+        notes.append(f"the inter-token latency is a lower bound on {', '.join(low)}: their decode is timed without "
+                     "the per-SM cap calibrated on NVIDIA GPUs (estimate on each says why), so they may need more "
+                     "GPUs than shown")
+    return rows, notes
 
 
 def _latency_row(
-    shape: ModelShape, cfg: RunConfig, g: Gpu, context: int, users: int, max_itl_s: float, tp: int | None,
+    shape: ModelShape, cfg: RunConfig, g: Gpu, context: int, users: int, max_itl_s: float | None, tp: int | None,
     max_tp: int, utilization: float,
 ) -> ServeRow:
-    """One GPU type under a latency target: the fewest GPUs, as replicas of one tensor-parallel
-    size (``tp``, else each the model allows up to ``max_tp``), that serve the users within it."""
+    """One GPU type serving ``users``: the fewest GPUs, as replicas of one tensor-parallel size
+    (``tp``, else each the model allows up to ``max_tp``), whose KV caches hold the users and,
+    with ``max_itl_s``, decode them within it."""
     from gpusizer.performance.serving import fewest_gpus_within_latency  # (the speed model: only when asked)
 
     m = shape.transformer
-    if m is None:
-        raise UsageError("serving capacity needs a decoder's shape", field="model")
-    sizes = (tp,) if tp is not None else tp_sizes(m, max_tp)
-    caps = {t: serving_capacity(shape, cfg.model_copy(update=tensor_parallel(t)), g.memory_bytes, context,
-                                utilization=utilization, gpu_name=g.name) for t in sizes}
-    # (a replica runs at most the engine's max_num_seqs at once, whatever its memory holds)
-    dep = fewest_gpus_within_latency(g, shape, cfg, {t: min(c.max_concurrency, c.max_num_seqs) for t, c in caps.items()},
+    sizes = (tp,) if tp is not None else tp_sizes(m, max_tp) if m is not None else None
+    caps = group_capacities(shape, cfg, g.memory_bytes, context, gpu_name=g.name, sizes=sizes, utilization=utilization)
+    dep = fewest_gpus_within_latency(g, shape, cfg, {t: c.max_running for t, c in caps.items()},
                                      context=context, users=users, max_itl_s=max_itl_s)
     cap = caps[dep.tp] if dep is not None else None
     best = cap or max(caps.values(), key=lambda c: c.max_concurrency)
@@ -130,15 +160,16 @@ def serve(
     cache_dir: Path | None = None, max_itl_ms: float | None = None, **settings: Any,
 ) -> ServeResult:
     """How many sequences of ``context`` tokens a deployment holds at once, and the
-    fewest GPUs (a tensor-parallel group) that serve ``users`` of them.
+    fewest GPUs (replicas of one tensor-parallel group) that serve ``users`` of them.
 
     The KV cache gets what is left of ``gpu_memory_utilization`` of each GPU once the
     weights, a prefill chunk's activations and the engine's reserves are placed (vLLM's
     accounting, 16-token blocks). ``tp`` fixes the group size instead of searching up
     to ``max_tp`` GPUs (one node: tensor parallelism needs NVLink-class links).
-    ``max_itl_ms``, with ``users``: the fewest GPUs, as replicas of one tensor-parallel size,
-    whose decode step for their share of the users takes at most that many milliseconds
-    (performance.serving.fewest_gpus_within_latency; the speed is ``estimate``'s).
+    ``users``: the fewest GPUs, as replicas of one tensor-parallel size sharing the users, whose
+    KV caches hold them and, with ``max_itl_ms``, whose decode step for their share takes at most
+    that many milliseconds (performance.serving.fewest_gpus_within_latency; the speed is
+    ``estimate``'s, and each row gives the inter-token latency either way).
     Without ``gpu``, the catalog's GPUs of ``vendor`` are checked (nvidia, amd, intel or
     any; NVIDIA only by default, as ``recommend``); GPUs named in ``gpu`` are always checked.
     ``settings`` are RunConfig fields (``precision``, ``kv_cache``, ...).
@@ -159,23 +190,15 @@ def serve(
     notes = [*(r.note for r in resolved if r.note), *vendor_notes([r.gpu for r in resolved], speeds=False, verb="checked")]
     beyond = beyond_context_note(shape, context, "context")
     notes += [n for n in (ckpt_note, beyond, _window_note(shape, context)) if n]
-    rows = []
-    if max_itl_ms is not None:
-        max_itl_s = _latency_target(max_itl_ms, users)
-        rows = [_latency_row(shape, cfg, r.gpu, context, users or 1, max_itl_s, tp, max_tp, gpu_memory_utilization)
-                for r in resolved]
-        low = [r.gpu_id for r in rows if r.itl_lower_bound]
-        if low:
-            notes.append(f"the inter-token latency is a lower bound on {', '.join(low)}: their decode is timed without "
-                         "the per-SM cap calibrated on NVIDIA GPUs (estimate on each says why), so they may need more "
-                         "GPUs than shown")
-    for res in resolved if max_itl_ms is None else ():
+    _check_tp(shape, tp)
+    rows: list[ServeRow] = []
+    if users is not None or max_itl_ms is not None:
+        rows, more = _user_rows(shape, cfg, [r.gpu for r in resolved], context, users, max_itl_ms, tp, max_tp,
+                                gpu_memory_utilization)
+        notes += more
+    for res in resolved if users is None and max_itl_ms is None else ():
         g = res.gpu
         if tp is not None:
-            m = shape.transformer
-            if m is not None and not m.allows_tp(tp):
-                raise UsageError(f"tensor parallelism over {tp} GPUs does not divide {shape.name}'s {m.heads} "
-                                 f"attention heads and {m.n_kv_heads} KV heads", field="tp")
             run = cfg.model_copy(update=tensor_parallel(tp))
             cap = serving_capacity(shape, run, g.memory_bytes, context, utilization=gpu_memory_utilization,
                                    gpu_name=g.name)

@@ -291,6 +291,11 @@ class ModelShape(BaseModel):
         return self.arch if isinstance(self.arch, CnnShape) else None
 
     @property
+    def generates(self) -> bool:
+        """A model served token by token from a KV cache (a decoder or an encoder-decoder)."""
+        return self.transformer is not None and self.transformer.has_kv_cache
+
+    @property
     def rnn(self) -> RnnShape | None:
         return self.arch if isinstance(self.arch, RnnShape) else None
 

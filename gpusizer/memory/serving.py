@@ -125,6 +125,12 @@ class ServingCapacity(BaseModel):
     def fits(self) -> bool:
         return self.max_concurrency >= 1
 
+    @property
+    def max_running(self) -> int:
+        """Sequences the group decodes at once at most: what its memory holds, capped at the
+        engine's max_num_seqs (more wait in the queue)."""
+        return min(self.max_concurrency, self.max_num_seqs)
+
     def bytes_for(self, sequences: int) -> int:
         """Memory one GPU needs to hold ``sequences`` sequences of the context: everything but the
         KV cache, and their blocks. At most ``budget_bytes`` exactly when ``sequences`` is at most
@@ -235,6 +241,20 @@ def serving_capacity(
     )
 
 
+def group_capacities(
+    shape: ModelShape, cfg: RunConfig, gpu_memory_bytes: int, context: int, *, gpu_name: str = "",
+    sizes: tuple[int, ...] | None = None, utilization: float = DEFAULT_UTILIZATION,
+) -> dict[int, ServingCapacity]:
+    """:func:`serving_capacity` for each tensor-parallel group size in ``sizes`` (default:
+    every size the model allows in a node, :func:`tp_sizes`)."""
+    m = shape.transformer
+    if m is None:
+        raise UsageError("serving capacity needs a decoder's shape", field="model")
+    return {t: serving_capacity(shape, cfg.model_copy(update=tensor_parallel(t)), gpu_memory_bytes, context,
+                                gpu_name=gpu_name, utilization=utilization)
+            for t in (sizes if sizes is not None else tp_sizes(m, MAX_TP))}
+
+
 class ServingPlan(BaseModel):
     """The fewest GPUs (one tensor-parallel group) that serve ``users`` sequences at once."""
 
@@ -277,6 +297,7 @@ __all__ = [
     "DEFAULT_UTILIZATION",
     "EngineLimits",
     "engine_limits",
+    "group_capacities",
     "KvCacheGroups",
     "ServingCapacity",
     "ServingPlan",

@@ -129,7 +129,7 @@ class LatencyDeployment(BaseModel):
 
 def fewest_gpus_within_latency(
     gpu: Gpu, shape: ModelShape, cfg: RunConfig, held: Mapping[int, int], *, context: int, users: int,
-    max_itl_s: float | None, **kwargs: Any,
+    max_itl_s: float | None, unit: int = 1, **kwargs: Any,
 ) -> LatencyDeployment | None:
     """The fewest GPUs, as replicas of one tensor-parallel size, that decode ``users``
     sequences of ``context`` tokens with an inter-token latency of at most ``max_itl_s``
@@ -137,7 +137,9 @@ def fewest_gpus_within_latency(
     sequences its KV cache holds (memory.serving.serving_capacity). For each size, the largest
     concurrency that meets the target within what memory holds (:func:`concurrency_for_latency`)
     sets the replicas needed; the size with the fewest GPUs in all wins (the smaller size on a
-    tie). None when no size meets the target even with one sequence a replica."""
+    tie). None when no size meets the target even with one sequence a replica. ``unit``: GPUs
+    come in multiples of it (SXM and OAM modules, on baseboards of eight): a deployment is rounded
+    up to whole units and the GPUs that adds become more replicas, which share the users."""
     best: LatencyDeployment | None = None
     for tp, most in sorted(held.items()):
         if best is not None and best.gpus_total <= tp:
@@ -154,7 +156,8 @@ def fewest_gpus_within_latency(
                                             limit=min(most, users), **kwargs)
         if found is None:
             continue
-        replicas = -(-users // found.concurrency)
+        needed = -(-users // found.concurrency)
+        replicas = max(needed, -(-tp * needed // unit) * unit // tp)  # (whole units: more replicas)
         # the users shared out evenly, where that meets the target too (below the matrix-vector
         # switch a smaller batch need not be faster); else replicas run ``found``'s concurrency
         share = serving_speed(gpu, shape, run, context=context, prompt=context, concurrency=-(-users // replicas),

@@ -21,19 +21,22 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpusizer.domain.parallelism import NODE_GPUS, Parallelism, sharding_alternative, tensor_parallel
 from gpusizer.domain.shape import ModelShape
 from gpusizer.errors import UsageError
 from gpusizer.hardware.catalog import Gpu
 from gpusizer.hardware.systems import System
-from gpusizer.memory.serving import LARGE_GPU_LIMITS, SMALL_GPU_LIMITS, serving_capacity, tp_sizes
+from gpusizer.memory.serving import LARGE_GPU_LIMITS, SMALL_GPU_LIMITS, group_capacities, tp_sizes
 from gpusizer.performance.planning import training_seconds
 from gpusizer.ranking.configs import Configuration, Plan, PlanRequest
 from gpusizer.ranking.rules import RuleSet
 from gpusizer.ranking.search import Candidate, GpuResult, RecommendRequest, input_seq_len, recommend, run_config
 from gpusizer.units import format_count, format_duration, plural
+
+if TYPE_CHECKING:
+    from gpusizer.performance.serving import LatencyDeployment
 
 #: cloud node counts tried: 1, 2, 4, ... up to this
 MAX_NODES = 128
@@ -49,8 +52,7 @@ def plan_purchase(
         raise UsageError("a purchase plan needs a budget", field="budget_usd")
     # serving: each replica decodes the sequences its KV cache holds, and replicas need no fabric
     shape = req.shape or reference
-    serving = (rules.workload(req.workload).mode == "inference" and shape is not None
-               and shape.transformer is not None and shape.transformer.has_kv_cache)
+    serving = rules.workload(req.workload).mode == "inference" and shape is not None and shape.generates
     req = req.model_copy(update={"serving_concurrency": serving})
     single = req.model_copy(update={"gpus_per_node": 1, "nodes": 1, "top": None})
     base = recommend(candidates, rules, single, reference=reference, pool=pool)
@@ -101,62 +103,94 @@ def plan_serving(
     """Serving: for each qualifying GPU, the fewest GPUs, as replicas of one tensor-parallel size
     (up to a node's), whose paged KV caches hold ``preq.users`` sequences of the run's context and,
     with ``preq.max_itl_s``, decode them within that latency (performance.serving.
-    fewest_gpus_within_latency, at serve's capacity and estimate's speed); ranked by the GPUs'
-    price, then their count. A budget drops deployments that cost more or whose price is unknown."""
+    fewest_gpus_within_latency, at serve's capacity and estimate's speed); SXM and OAM modules in
+    whole boards of eight. Ranked by the GPUs' price, then their count. A budget or a power cap
+    drops deployments beyond it, or whose price or power is unknown."""
     from gpusizer.performance.serving import fewest_gpus_within_latency
 
-    shape = req.shape
-    wl = rules.workload(req.workload)
-    if preq.users is None or wl.mode != "inference" or shape is None or shape.transformer is None \
-            or not shape.transformer.has_kv_cache:
+    shape, wl = req.shape, rules.workload(req.workload)
+    if preq.users is None or wl.mode != "inference" or shape is None or not shape.generates:
         raise UsageError("sizing a deployment for users needs an inference workload and a decoder model",
                          hint="e.g. the llm-inference workload with a model", field="users")
-    single = req.model_copy(update={"gpus_per_node": 1, "nodes": 1, "top": None, "budget_usd": None})
+    if req.batch is not None:
+        raise UsageError("sizing a deployment for users chooses each replica's batch: the users it shares",
+                         hint="drop the batch", field="batch")
+    single = req.model_copy(update={"gpus_per_node": 1, "nodes": 1, "top": None, "budget_usd": None,
+                                    "max_power_w": None})
     base = recommend(candidates, rules, single, pool=pool)
     cfg, context = run_config(rules, single), input_seq_len(req, wl.speed, shape)
     by_id = {c.gpu.id: c for c in candidates}
     configs: list[Configuration] = []
     over: list[Configuration] = []
+    unknown: list[str] = []
     qualifying = _qualifying(base)
     for res in qualifying:
-        cand = by_id[res.gpu_id]
-        caps = [serving_capacity(shape, cfg.model_copy(update=tensor_parallel(t)), cand.capacity_bytes, context,
-                                 gpu_name=cand.gpu.name) for t in tp_sizes(shape.transformer, NODE_GPUS)]
-        held = {c.tp: min(c.max_concurrency, c.max_num_seqs) for c in caps}
-        dep = fewest_gpus_within_latency(cand.gpu, shape, cfg, held, context=context, users=preq.users,
-                                         max_itl_s=preq.max_itl_s, compute_precision=base.precision,
-                                         tf32=base.tf32, **req.perf_data)
+        gpu = by_id[res.gpu_id].gpu
+        caps = group_capacities(shape, cfg, by_id[res.gpu_id].capacity_bytes, context, gpu_name=gpu.name)
+        try:
+            dep = fewest_gpus_within_latency(
+                gpu, shape, cfg, {t: c.max_running for t, c in caps.items()}, context=context, users=preq.users,
+                max_itl_s=preq.max_itl_s, unit=NODE_GPUS if gpu.on_baseboard else 1,  # (boards of 8)
+                compute_precision=base.precision, tf32=base.tf32, **req.perf_data)
+        except UsageError as exc:  # (a GPU the speed model cannot time: its rates are unknown)
+            if exc.field is not None:
+                raise
+            unknown.append(res.gpu_id)
+            continue
         if dep is None:
             continue
-        total = dep.gpus_total
-        layout = f"TP={dep.tp}" if dep.replicas == 1 else f"{dep.replicas:,} x TP={dep.tp}"
-        config = Configuration(
-            label=f"{total:,} x {res.gpu_id} ({layout})" if dep.tp > 1 or dep.replicas > 1 else f"1 x {res.gpu_id}",
-            gpu_id=res.gpu_id, gpus_per_node=dep.tp, nodes=dep.replicas, gpus_total=total,
-            strategy=str(tensor_parallel(dep.tp)["strategy"]), throughput_per_s=dep.aggregate_tokens_s,
-            unit="tokens/s", price_total_usd=res.price.usd * total if res.price is not None else None,
-            price=res.price, score=res.score, reasons=tuple(c.message for c in res.reasons[:2]),
-            reason_fields=tuple(c.field for c in res.reasons[:2]), advisories=tuple(a.message for a in res.advisories),
-            replicas=dep.replicas, concurrency=dep.concurrency, itl_s=dep.speed.itl_s, upper_bound=dep.speed.upper_bound)
-        if preq.budget_usd is not None and (config.price_total_usd is None or config.price_total_usd > preq.budget_usd):
+        config = _deployment(res, dep, NODE_GPUS if gpu.on_baseboard else 1)
+        power = gpu.tdp_w * config.gpus_total if gpu.tdp_w is not None else None
+        if (preq.budget_usd is not None and (config.price_total_usd is None or config.price_total_usd > preq.budget_usd)) \
+                or (req.max_power_w is not None and (power is None or power > req.max_power_w)):
             over.append(config)
             continue
         configs.append(config)
     configs.sort(key=_serving_order)
-    within = f" within {preq.max_itl_s * 1e3:g} ms a token" if preq.max_itl_s is not None else ""
-    goal = f"the cheapest GPUs that serve {plural(preq.users, 'sequence')} of {context:,} tokens{within}"
-    closest = None if configs else min((c for c in over if c.price_total_usd is not None), key=_serving_order, default=None)
-    shortfall = None if configs else (
-        f"the budget buys no deployment that serves them; the cheapest, {closest.label}, costs "
-        f"${closest.price_total_usd:,.0f}" if closest is not None and closest.price_total_usd is not None
-        else "no GPU checked serves them within one node's tensor-parallel groups")
-    notes = (f"replicas of one tensor-parallel size (up to {NODE_GPUS} GPUs) share the sequences; each holds its share "
-             f"in its paged KV cache (serve's accounting) and decodes it at estimate's speed",
-             "GPU prices only (street, else launch): no hosts, power or networking")
     numbered = _numbered(configs, preq.top)
-    return Plan(objective="serve", goal=goal, configurations=numbered, considered=len(qualifying),
-                met=len(configs), notes=notes + upper_bound_notes(numbered) + _base_notes(base.notes), closest=closest,
-                shortfall=shortfall)
+    notes = (f"replicas of one tensor-parallel size (up to {NODE_GPUS} GPUs) share the sequences; each holds its share "
+             f"in its paged KV cache (serve's accounting) and decodes it at estimate's speed; SXM and OAM modules "
+             f"come in boards of {NODE_GPUS}, whose GPUs all serve",
+             "GPU prices only (street, else launch): no hosts, power or networking",
+             *((f"not sized, their speed being unknown: {', '.join(unknown)}",) if unknown else ()))
+    closest = None if configs else min(over, key=_serving_order, default=None)
+    return Plan(objective="serve", goal=_serving_goal(preq, context), configurations=numbered,
+                considered=len(qualifying), met=len(configs),
+                notes=notes + upper_bound_notes(numbered) + _base_notes(base.notes), closest=closest,
+                shortfall=None if configs else _serving_shortfall(preq, req, closest))
+
+
+def _deployment(res: GpuResult, dep: LatencyDeployment, unit: int) -> Configuration:
+    """A serving deployment as a plan's configuration, priced by the GPUs bought: whole ``unit``s."""
+    total = dep.gpus_total
+    bought = -(-total // unit) * unit
+    layout = plural(dep.replicas, "replica") if dep.tp == 1 else (
+        f"TP={dep.tp}" if dep.replicas == 1 else f"{dep.replicas:,} x TP={dep.tp}")
+    return Configuration(
+        label=f"{total:,} x {res.gpu_id}" + (f" ({layout})" if total > 1 else ""),
+        gpu_id=res.gpu_id, gpus_per_node=dep.tp, nodes=dep.replicas, gpus_total=total,
+        strategy=str(tensor_parallel(dep.tp)["strategy"]), throughput_per_s=dep.aggregate_tokens_s,
+        unit="tokens/s", price_total_usd=res.price.usd * bought if res.price is not None else None,
+        price=res.price, score=res.score, reasons=tuple(c.message for c in res.reasons[:2]),
+        reason_fields=tuple(c.field for c in res.reasons[:2]), advisories=tuple(a.message for a in res.advisories),
+        replicas=dep.replicas, concurrency=dep.concurrency, itl_s=dep.speed.itl_s, upper_bound=dep.speed.upper_bound)
+
+
+def _serving_goal(preq: PlanRequest, context: int) -> str:
+    within = f" within {preq.max_itl_s * 1e3:g} ms a token" if preq.max_itl_s is not None else ""
+    return f"the cheapest GPUs that serve {plural(preq.users or 1, 'sequence')} of {context:,} tokens{within}"
+
+
+def _serving_shortfall(preq: PlanRequest, req: RecommendRequest, closest: Configuration | None) -> str:
+    """Why no deployment is listed: a budget or power cap it misses (naming the nearest), or none
+    that serves the users (within the latency target, if one is given)."""
+    if closest is not None:
+        caps = " or ".join(w for w, v in (("budget", preq.budget_usd), ("power cap", req.max_power_w)) if v is not None)
+        price = (f"costs ${closest.price_total_usd:,.0f}" if closest.price_total_usd is not None
+                 else "has no known price")
+        return f"no deployment that serves them is within the {caps}; the cheapest, {closest.label}, {price}"
+    within = f" within {preq.max_itl_s * 1e3:g} ms a token" if preq.max_itl_s is not None else ""
+    return f"no GPU checked serves them{within} in replicas of up to {NODE_GPUS} GPUs each"
 
 
 def _serving_order(c: Configuration) -> tuple[bool, float, int, float]:

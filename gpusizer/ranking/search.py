@@ -1149,7 +1149,7 @@ def serves(req: RecommendRequest, shape: ModelShape | None, mode: str) -> bool:
     """Whether ``req`` times ``shape`` at its serving concurrency (:attr:`RecommendRequest.serving_concurrency`):
     a decoder's inference (``mode``), without a batch given."""
     return (req.serving_concurrency and mode == "inference" and req.batch is None and shape is not None
-            and shape.transformer is not None and shape.transformer.has_kv_cache)
+            and shape.generates)
 
 
 def input_seq_len(req: RecommendRequest, spec: SpeedSpec, shape: ModelShape) -> int:
@@ -1169,9 +1169,8 @@ def serving_batch(shape: ModelShape, cfg: RunConfig, cand: Candidate, strategy: 
 
     tp = Parallelism.of(strategy, gpus_per_node).tp
     run = cfg.model_copy(update=tensor_parallel(tp))
-    cap = serving_capacity(shape, run, cand.capacity_bytes, cfg.seq_len or default_seq_len(shape),
-                           gpu_name=cand.gpu.name)
-    return min(cap.max_concurrency, cap.max_num_seqs)
+    return serving_capacity(shape, run, cand.capacity_bytes, cfg.seq_len or default_seq_len(shape),
+                            gpu_name=cand.gpu.name).max_running
 
 
 def _proxy_field(spec: SpeedSpec, req: RecommendRequest) -> str | None:

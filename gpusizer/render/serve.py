@@ -30,15 +30,16 @@ def serve_table(res: ServeResults, width: int | None = None, top: int | None = N
     target = f", ITL <= {res.max_itl_s * 1e3:g} ms" if res.max_itl_s is not None else ""
     table = Table(title=f"Serving {res.model}: {want} of {res.context_tokens:,} tokens{target}", title_justify="left")
     # with a latency target, replicas x TP GPUs share the users; ITL: what each user then sees
-    cols = ("GPU", "memory", "GPUs (TP)", "sequences", *(("ITL ms",) if target else ()), "weights/GPU", "KV cache/GPU")
+    itl = res.users is not None  # (sized for users: each row's deployment has its latency)
+    cols = ("GPU", "memory", "GPUs (TP)", "sequences", *(("ITL ms",) if itl else ()), "weights/GPU", "KV cache/GPU")
     for col in cols:
         table.add_column(col, justify="left" if col == "GPU" else "right", no_wrap=col == "GPU")
     for row in shown_rows(res, top):
         cap = row.capacity or (row.tried[-1] if row.tried else None)
-        gpus = NA if not row.gpus else str(row.gpus) if row.replicas == 1 else f"{row.replicas} x {row.gpus}"
+        gpus = NA if not row.gpus else str(row.gpus) if row.replicas == 1 else f"{row.replicas:,} x {row.gpus}"
         table.add_row(
             row.gpu_id, format_bytes(row.memory_bytes), gpus, f"{row.max_concurrency:,}",
-            *((f"{row.itl_s * 1e3:,.1f}" if row.itl_s is not None else NA,) if target else ()),
+            *((f"{row.itl_s * 1e3:,.1f}" if row.itl_s is not None else NA,) if itl else ()),
             format_bytes(cap.weights_bytes) if cap else NA,
             format_bytes(max(0, cap.kv_budget_bytes)) if cap else NA,
         )
@@ -61,7 +62,8 @@ def left_out_line(res: ServeResults, top: int | None) -> str | None:
 
 def serve_verdict(res: ServeResults) -> str:
     fitting = [r for r in res.rows if r.gpus is not None]
-    if not fitting and res.max_itl_s is not None:
+    held = any(c.max_concurrency >= 1 for r in res.rows for c in r.tried)  # (memory holds a sequence somewhere)
+    if not fitting and res.max_itl_s is not None and held:
         return (f"Verdict: no GPU checked decodes even one sequence within {res.max_itl_s * 1e3:g} ms a token in "
                 "one node's tensor-parallel group (try a looser target, quantised weights or a smaller model)")
     if not fitting:
@@ -69,12 +71,15 @@ def serve_verdict(res: ServeResults) -> str:
                 "context, an fp8 KV cache or quantised weights)")
     best = min(fitting, key=lambda r: (r.gpus_total or 0, r.gpus or 0, -r.max_concurrency))
     tp = f" at TP={best.gpus}" if (best.gpus or 1) > 1 else ""
-    if res.max_itl_s is not None and best.itl_s is not None and best.concurrency is not None:
-        groups = f"{best.replicas} x {best.gpus}" if best.replicas > 1 else f"{best.gpus}"
-        verb = "serves" if best.gpus_total == 1 else "serve"
-        return (f"Verdict: {groups} x {best.gpu_id}{tp} ({plural(best.gpus_total or 0, 'GPU')}) {verb} "
-                f"{plural(res.users or 1, 'sequence')} of {res.context_tokens:,} tokens, up to {best.concurrency:,} "
-                f"a replica, at {best.itl_s * 1e3:,.1f} ms a token (target {res.max_itl_s * 1e3:g}); serves on "
+    if res.users is not None and best.itl_s is not None and best.concurrency is not None:
+        total = best.gpus_total or 0
+        groups = (f"{total:,} x {best.gpu_id}" + (f" as {best.replicas:,} x TP={best.gpus}" if best.replicas > 1
+                                                   else tp))
+        verb = "serves" if total == 1 else "serve"
+        target = f" (target {res.max_itl_s * 1e3:g})" if res.max_itl_s is not None else ""
+        return (f"Verdict: {groups} {verb} "
+                f"{plural(res.users, 'sequence')} of {res.context_tokens:,} tokens, up to {best.concurrency:,} "
+                f"a replica, at {best.itl_s * 1e3:,.1f} ms a token{target}; serves on "
                 f"{len(fitting)} of {len(res.rows)} GPU types")
     return (f"Verdict: {best.gpus} x {best.gpu_id}{tp} holds {plural(best.max_concurrency, 'sequence')} of "
             f"{res.context_tokens:,} tokens; serves on {len(fitting)} of {len(res.rows)} GPU types")
