@@ -126,3 +126,16 @@ def test_mi250_nodes_time_their_infinity_fabric_not_pcie(cat, cli_json, gpu):
     two = cli_json("estimate", "--model", "llama-3.2-1b", "--gpu", gpu, "--gpus", "2",
                    "--strategy", "fsdp")["results"]["estimate"]
     assert two["comm_bandwidth_gb_s"] == pytest.approx(50 * 0.75)
+
+
+@pytest.mark.parametrize("gpu", ["gb200", "gb300"])
+def test_grace_blackwell_gpus_talk_over_nvlink_not_pcie(cli_json, gpu):
+    """GB200 and GB300 sit in NVL72 racks, whose GPUs reach each other through NVLink switches
+    (1.8 TB/s a GPU, the catalog's nvlink_gb_s): 8 of them at TP=8 communicate as a DGX B200's do,
+    where they were timed over an assumed PCIe 5.0 link at twice the communication time."""
+    doc = cli_json("estimate", "--inference", "--model", "llama-3-70b", "--gpu", gpu, "--gpus", "8", "--strategy", "tp",
+                   "--batch", "64", "--seq-len", "4096")
+    ref = cli_json("estimate", "--inference", "--model", "llama-3-70b", "--gpu", "b200-sxm-180gb", "--gpus", "8",
+                   "--strategy", "tp", "--batch", "64", "--seq-len", "4096")
+    assert doc["results"]["estimate"]["transport"] == "nvlink"
+    assert doc["results"]["comm_s"] == pytest.approx(ref["results"]["comm_s"], rel=1e-6)

@@ -297,6 +297,12 @@ class Gpu(BaseModel):
         return self.form_factor.upper().startswith("SXM")
 
     @property
+    def nvlink_switched(self) -> bool:
+        """Its GPUs reach each other through NVLink switches: an SXM module on an HGX board, or a
+        Grace superchip with NVLink (GH200 NVL32, GB200 and GB300 NVL72 racks)."""
+        return self.is_sxm or (bool(self.nvlink) and "superchip" in self.form_factor.lower())
+
+    @property
     def on_baseboard(self) -> bool:
         """A module sold on a baseboard of eight: SXM (HGX) or OAM (the OCP Universal Baseboard of
         AMD Instinct and Intel Gaudi platforms)."""

@@ -196,7 +196,7 @@ def node_topology(
 
 def _default_topology(gpu: Gpu, gpus_per_node: int, nodes: int, links: Interconnects,
                       systems: Systems | None, catalog: Catalog | None) -> Topology:
-    if gpu.is_sxm and (gpus_per_node > 1 or nodes > 1):
+    if gpu.nvlink_switched and (gpus_per_node > 1 or nodes > 1):
         cat = catalog or load_catalog()
         ref = _reference_system(gpu, gpus_per_node, systems or load_systems(), cat)
         if ref is not None:
@@ -216,7 +216,7 @@ def _default_topology(gpu: Gpu, gpus_per_node: int, nodes: int, links: Interconn
     p2p, why = default_p2p(gpu, links)
     pcie_gen, why_pcie = pcie_generation_for(gpu, links, catalog)
     pcie_notes = [why_pcie] if why_pcie else []
-    mesh = links.scale_up(gpu) if not gpu.is_sxm else None
+    mesh = links.scale_up(gpu) if not gpu.nvlink_switched else None
     if mesh is not None and (gpus_per_node > 1 or nodes > 1):
         link, rule = mesh
         notes = [f"{gpus_per_node} x {gpu.id} on an {rule.gpus_per_board}-GPU {gpu.form_factor} baseboard: {rule.reason} "
@@ -229,8 +229,8 @@ def _default_topology(gpu: Gpu, gpus_per_node: int, nodes: int, links: Interconn
         return Topology(fabric="scale-up", scale_up=link.id, p2p=p2p, pcie_generation=pcie_gen,
                         network=DEFAULT_NETWORK, nics_per_node=1, origin=f"defaults for an {gpu.form_factor} GPU",
                         assumed=(*notes, *pcie_notes))
-    bridged = gpu.nvlink and not gpu.is_sxm and gpus_per_node == 2
-    fabric: FabricKind = "nvlink-bridge" if bridged else ("nvswitch" if gpu.is_sxm and gpu.nvlink else "pcie")
+    bridged = gpu.nvlink and not gpu.nvlink_switched and gpus_per_node == 2
+    fabric: FabricKind = "nvlink-bridge" if bridged else ("nvswitch" if gpu.nvlink_switched and gpu.nvlink else "pcie")
     assumed: list[str] = []
     if gpus_per_node > 1:
         if bridged:
@@ -254,10 +254,10 @@ def _override(topo: Topology, gpu: Gpu, interconnect: str | None, nics_per_node:
         key = interconnect.strip().lower()
         link = None if key in ("nvlink", "nvswitch", "pcie") else links.get(key)
         if key in ("nvlink", "nvswitch") or (link is not None and link.kind == "nvlink"):
-            if not (gpu.nvlink or gpu.is_sxm or topo.nvlink_gb_s):
+            if not (gpu.nvlink or gpu.nvlink_switched or topo.nvlink_gb_s):
                 raise UsageError(f"{gpu.id} has no NVLink", hint="connect its GPUs over PCIe", field="interconnect")
             if topo.fabric == "pcie" or key == "nvswitch":
-                update["fabric"] = "nvswitch" if (gpu.is_sxm or key == "nvswitch") else "nvlink-bridge"
+                update["fabric"] = "nvswitch" if (gpu.nvlink_switched or key == "nvswitch") else "nvlink-bridge"
             if link is not None:
                 update["nvlink_gb_s"] = 2 * link.bandwidth_gb_s
         elif link is not None and link.scope == "intra" and link.peer_links:
