@@ -107,3 +107,23 @@ def test_vllm_sizes_its_scheduler_by_the_gpu(cat):
                              limits=EngineLimits(8192, 1024))
     assert (small.max_batched_tokens, small.max_num_seqs) == (2048, 256)
     assert small.activation_bytes < large.activation_bytes and small.kv_tokens > large.kv_tokens
+
+
+def test_a_baseboard_serves_as_several_smaller_replicas_when_that_serves_more(cli_json):
+    """SXM modules come in boards of 8, but a board need not be one TP=8 replica: two TP=4 replicas
+    of Llama 3.1 70B on 8 H200s hold more sequences in all and serve more tokens/s, and the plan
+    times them as estimate does (--gpus 8 --tp 4: data parallel over two TP=4 groups)."""
+    doc = cli_json("recommend", "--workload", "llm-inference", "--model", "llama-3.1-70b", "--budget", "250000",
+                   "--top", "20")
+    h200 = next(c for c in doc["results"]["plan"]["configurations"] if c["gpu_id"] == "h200-sxm-141gb")
+    assert (h200["gpus_total"], h200["replicas"], h200["label"]) == (8, 2, "8 x h200-sxm-141gb (TP=4)")
+    est = cli_json("estimate", "--inference", "--model", "llama-3.1-70b", "--gpu", "h200-sxm-141gb", "--gpus", "8",
+                   "--tp", "4", "--batch", str(h200["concurrency"]), "--seq-len", "2048")
+    assert h200["throughput_per_s"] == pytest.approx(est["results"]["throughput_per_s"], rel=1e-9)
+    # one TP=8 replica at all the sequences it runs at once
+    cap = cli_json("serve", "--model", "llama-3.1-70b", "--gpu", "h200-sxm-141gb", "--tp", "8",
+                   "--context", "2048")["results"]["rows"][0]["capacity"]
+    whole = cli_json("estimate", "--inference", "--model", "llama-3.1-70b", "--gpu", "h200-sxm-141gb", "--gpus", "8",
+                     "--strategy", "tp", "--seq-len", "2048",
+                     "--batch", str(min(cap["max_concurrency"], cap["max_num_seqs"])))["results"]
+    assert h200["throughput_per_s"] > whole["throughput_per_s"]

@@ -75,9 +75,9 @@ def plan_purchase(
         # all the budget buys, and the largest power of two below it (tensor parallelism must divide the heads)
         options = []
         for n in dict.fromkeys((count, 1 << (count.bit_length() - 1))):
-            for gpn, strategy in _layouts(n, gpu, req.shape or reference if serving else None):
+            for gpn, strategy, tp in _layouts(n, gpu, req.shape or reference if serving else None):
                 considered += 1
-                cfg = _assess(by_id[res.gpu_id], rules, req, gpn, n // gpn, reference, pool, only=strategy)
+                cfg = _assess(by_id[res.gpu_id], rules, req, gpn, n // gpn, reference, pool, only=strategy, tp=tp)
                 if cfg is not None:
                     options.append(cfg)
         if options:
@@ -253,39 +253,46 @@ def _qualifying(rec: Any) -> list[GpuResult]:
     return [*rec.ranked, *rec.beyond_top, *shardable]
 
 
-def _layouts(n: int, gpu: Gpu, serving: ModelShape | None) -> list[tuple[int, str | None]]:
-    """The ways to lay out ``n`` GPUs: (GPUs per node, strategy; None: data parallel, else sharded
-    where that does not fit), in nodes of up to eight. Serving (``serving``: the model served) also
-    tries each smaller tensor-parallel replica the model allows, one per box, since more replicas of
-    fewer GPUs may hold more sequences in all; baseboards of SXM or OAM modules stay whole."""
+def _layouts(n: int, gpu: Gpu, serving: ModelShape | None) -> list[tuple[int, str | None, int | None]]:
+    """The ways to lay out ``n`` GPUs: (GPUs per node, strategy, tensor-parallel size; None: data
+    parallel, else sharded where that does not fit), in nodes of up to eight. Serving (``serving``:
+    the model served) also tries each smaller tensor-parallel replica the model allows, since more
+    replicas of fewer GPUs may hold more sequences in all: one per box, or, on the baseboards of
+    SXM and OAM modules, which stay whole, several a board."""
     node = min(n, NODE_GPUS)
     m = serving.transformer if serving is not None else None
     if m is None:
-        return [(node, None)]
-    sizes = [t for t in tp_sizes(m, node) if t > 1 and (t == node or not gpu.on_baseboard)]
-    return [(t if t > 1 else node, str(tensor_parallel(t)["strategy"])) for t in (1, *sizes)]
+        return [(node, None, None)]
+    data = str(tensor_parallel(1)["strategy"])
+    sizes = [t for t in tp_sizes(m, node) if t > 1]
+    if gpu.on_baseboard:
+        return [(node, data, None), *((node, data, t) for t in sizes if t < node),
+                *((node, str(tensor_parallel(t)["strategy"]), None) for t in sizes if t == node)]
+    return [(node, data, None), *((t, str(tensor_parallel(t)["strategy"]), None) for t in sizes)]
 
 
 def _assess(
     cand: Candidate, rules: RuleSet, req: RecommendRequest, gpn: int, nodes: int,
     reference: ModelShape | None, pool: Sequence[Gpu] | None, system: System | None = None,
-    only: str | None = None,
+    only: str | None = None, tp: int | None = None,
 ) -> Configuration | None:
     """One configuration through the single-GPU pipeline: strategy ``only``, else data parallel first,
-    then sharded (fsdp for training, tp inside a node for inference) if the model does not fit."""
+    then sharded (fsdp for training, tp inside a node for inference) if the model does not fit.
+    ``tp``: replicas of that tensor-parallel size share each node (data parallel over them)."""
     mode = rules.workload(req.workload).mode
     strategies = [only] if only is not None else [req.strategy] if gpn * nodes == 1 else list(dict.fromkeys(
         [req.strategy, sharding_alternative(req.strategy, mode, str(req.run_settings.get("offload", "none")))]))
     for strategy in strategies:
         one = req.model_copy(update={"gpus_per_node": gpn, "nodes": nodes, "strategy": strategy, "top": None,
                                      "system": system.id if system else None,
-                                     "budget_usd": None if system else req.budget_usd})
+                                     "budget_usd": None if system else req.budget_usd,
+                                     "run_settings": {**req.run_settings, **({"tp": tp} if tp else {})}})
         try:
             rec = recommend([cand], rules, one, reference=reference, pool=pool)
         except UsageError:
             continue  # a layout this strategy cannot take (tp that does not divide the heads)
         if rec.ranked:
-            return _config(rec.ranked[0], gpn, nodes, strategy, system, serving=req.serving_concurrency)
+            return _config(rec.ranked[0], gpn, nodes, strategy, system, serving=req.serving_concurrency, tp=tp)
     return None
 
 
@@ -296,19 +303,21 @@ def _serving_note(req: RecommendRequest, rules: RuleSet, shape: ModelShape | Non
     held = (f"the sequences of {context:,} tokens its KV cache holds (at most vLLM's max_num_seqs: "
             f"{LARGE_GPU_LIMITS.max_num_seqs:,} on 70 GiB GPUs but the A100, else {SMALL_GPU_LIMITS.max_num_seqs})"
             if req.batch is None else f"{plural(req.batch, 'sequence')} of {context:,} tokens (the batch given)")
-    return f"each replica decodes {held}; tok/s counts every replica; replicas exchange nothing"
+    return (f"each replica decodes {held}; tok/s counts every replica; replicas exchange nothing; no latency "
+            "bound (the ITL under each row): to size for a latency, give the users and a target instead")
 
 
 def _config(r: GpuResult, gpn: int, nodes: int, strategy: str, system: System | None,
-            serving: bool = False) -> Configuration | None:
+            serving: bool = False, tp: int | None = None) -> Configuration | None:
     speed = r.speed
     if speed is None or speed.throughput_per_s is None:
         return None
     total = gpn * nodes
-    replicas = total // Parallelism.of(strategy, gpn).tp
+    replicas = total // (tp or Parallelism.of(strategy, gpn).tp)
     concurrency = speed.batch if serving else None
     where = f"{nodes} x {system.id}" if system else (f"{gpn} x {r.gpu_id}" if nodes == 1
                                                       else f"{nodes} nodes x {gpn} x {r.gpu_id}")
+    where += f" (TP={tp})" if tp else ""
     top = r.reasons[:2]
     return Configuration(
         label=where, gpu_id=r.gpu_id, system=system.id if system else None, gpus_per_node=gpn, nodes=nodes,

@@ -1167,7 +1167,7 @@ def serving_batch(shape: ModelShape, cfg: RunConfig, cand: Candidate, strategy: 
     from gpusizer.memory.estimate import default_seq_len
     from gpusizer.memory.serving import serving_capacity
 
-    tp = Parallelism.of(strategy, gpus_per_node).tp
+    tp = cfg.tp or Parallelism.of(strategy, gpus_per_node).tp  # (a tensor-parallel size given: replicas share a node)
     run = cfg.model_copy(update=tensor_parallel(tp))
     return serving_capacity(shape, run, cand.capacity_bytes, cfg.seq_len or default_seq_len(shape),
                             gpu_name=cand.gpu.name).max_running
