@@ -1,6 +1,6 @@
 """recommend's purchase plan for serving: an inference workload with a decoder counts what a
 serving engine delivers. Each replica decodes the sequences its paged KV cache holds (as
-``gpusizer serve`` sizes them, at most vLLM's max_num_seqs of 256), at the speed ``gpusizer
+``gpusizer serve`` sizes them, at most vLLM's max_num_seqs for the GPU), at the speed ``gpusizer
 estimate`` gives at that concurrency, and independent replicas need no fabric between nodes.
 
 Before, the plan summed batch-1 decode over replicas, so buying the most separate replicas always
@@ -32,7 +32,7 @@ def test_each_serving_configuration_is_what_serve_and_estimate_say(plan_70b, cli
     configs = plan_70b["configurations"]
     assert len(configs) == 5
     for c in configs:
-        tp = c["gpus_per_node"] if c["strategy"] == "tp" else 1
+        tp = c["tp"]
         assert c["replicas"] == c["gpus_total"] // tp
         served = cli_json("serve", "--model", "llama-3.1-70b", "--gpu", c["gpu_id"], "--tp", str(tp),
                           "--context", "2048")

@@ -116,7 +116,7 @@ def _user_rows(
         try:
             rows.append(_latency_row(shape, cfg, g, context, users or 1, max_itl_s, tp, max_tp, utilization))
         except UsageError as exc:  # (a GPU the speed model cannot time: its rates are unknown)
-            if exc.field not in (None, "gpu"):
+            if exc.field is not None:
                 raise
             unknown.append(g.id)
             rows.append(ServeRow(gpu_id=g.id, gpu_name=g.name, memory_bytes=g.memory_bytes, gpus=None,

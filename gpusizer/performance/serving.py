@@ -107,24 +107,28 @@ def concurrency_for_latency(
 
 class LatencyDeployment(BaseModel):
     """The fewest GPUs that serve a number of users within a latency target: ``replicas``
-    tensor-parallel groups of ``tp`` GPUs, each decoding ``concurrency`` of the users."""
+    tensor-parallel groups of ``tp`` GPUs, each decoding ``concurrency`` of the users, and
+    ``spare_gpus`` bought with them (whole units) that serve none."""
 
     model_config = ConfigDict(frozen=True, defer_build=True)
 
     tp: int
     replicas: int
-    #: sequences each replica decodes at once (the users shared out, the last replica may run fewer)
+    #: sequences each replica decodes at once at most (the users shared out; the last may run fewer)
     concurrency: int
+    users: int
     #: one replica at that concurrency (its ITL is what each user sees)
     speed: ServingSpeed
+    spare_gpus: int = 0
 
     @property
     def gpus_total(self) -> int:
-        return self.tp * self.replicas
+        return self.tp * self.replicas + self.spare_gpus
 
     @property
     def aggregate_tokens_s(self) -> float:
-        return self.speed.aggregate_tokens_s * self.replicas
+        """Every user's tokens each step: the users over the inter-token latency."""
+        return self.users / self.speed.itl_s
 
 
 def fewest_gpus_within_latency(
@@ -142,8 +146,8 @@ def fewest_gpus_within_latency(
     up to whole units and the GPUs that adds become more replicas, which share the users."""
     best: LatencyDeployment | None = None
     for tp, most in sorted(held.items()):
-        if best is not None and best.gpus_total <= tp:
-            break  # (no larger group can use fewer GPUs)
+        if best is not None and best.gpus_total < tp:
+            break  # (no larger group can use as few GPUs)
         if most < 1:
             continue
         run = cfg.model_copy(update=tensor_parallel(tp))
@@ -157,14 +161,20 @@ def fewest_gpus_within_latency(
         if found is None:
             continue
         needed = -(-users // found.concurrency)
-        replicas = max(needed, -(-tp * needed // unit) * unit // tp)  # (whole units: more replicas)
-        # the users shared out evenly, where that meets the target too (below the matrix-vector
-        # switch a smaller batch need not be faster); else replicas run ``found``'s concurrency
-        share = serving_speed(gpu, shape, run, context=context, prompt=context, concurrency=-(-users // replicas),
-                              **kwargs).model_copy(update={"max_itl_s": max_itl_s})
-        speed = share if max_itl_s is None or share.itl_s <= max_itl_s else found
-        if best is None or tp * replicas < best.gpus_total:
-            best = LatencyDeployment(tp=tp, replicas=replicas, concurrency=speed.concurrency, speed=speed)
+        bought = -(-tp * needed // unit) * unit  # (whole units)
+        # the users shared out evenly over the replicas needed, or over every replica the units
+        # hold; whichever decodes faster and meets the target (below the matrix-vector switch a
+        # smaller batch need not be faster), else ``found``'s concurrency on the replicas needed
+        options = []
+        for replicas in dict.fromkeys((needed, bought // tp)):
+            share = serving_speed(gpu, shape, run, context=context, prompt=context,
+                                  concurrency=-(-users // replicas), **kwargs).model_copy(update={"max_itl_s": max_itl_s})
+            if max_itl_s is None or share.itl_s <= max_itl_s:
+                options.append((share.itl_s, replicas, share))
+        itl, replicas, speed = min(options, key=lambda o: (o[0], o[1])) if options else (found.itl_s, needed, found)
+        if best is None or (bought, itl) < (best.gpus_total, best.speed.itl_s):
+            best = LatencyDeployment(tp=tp, replicas=replicas, concurrency=speed.concurrency, users=users, speed=speed,
+                                     spare_gpus=bought - tp * replicas)
     return best
 
 

@@ -71,6 +71,10 @@ class Configuration(BaseModel):
     replicas: int | None = None
     concurrency: int | None = None
     itl_s: float | None = None
+    #: serving: the GPUs of one replica (its tensor-parallel size), and GPUs bought that serve none
+    #: (a board of eight holds more than the replicas need)
+    tp: int | None = None
+    spare_gpus: int | None = None
 
 
 class Plan(BaseModel):

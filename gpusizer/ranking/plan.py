@@ -166,6 +166,7 @@ def _deployment(res: GpuResult, dep: LatencyDeployment, unit: int) -> Configurat
     bought = -(-total // unit) * unit
     layout = plural(dep.replicas, "replica") if dep.tp == 1 else (
         f"TP={dep.tp}" if dep.replicas == 1 else f"{dep.replicas:,} x TP={dep.tp}")
+    layout += f", {dep.spare_gpus} spare" if dep.spare_gpus else ""
     return Configuration(
         label=f"{total:,} x {res.gpu_id}" + (f" ({layout})" if total > 1 else ""),
         gpu_id=res.gpu_id, gpus_per_node=dep.tp, nodes=dep.replicas, gpus_total=total,
@@ -173,7 +174,8 @@ def _deployment(res: GpuResult, dep: LatencyDeployment, unit: int) -> Configurat
         unit="tokens/s", price_total_usd=res.price.usd * bought if res.price is not None else None,
         price=res.price, score=res.score, reasons=tuple(c.message for c in res.reasons[:2]),
         reason_fields=tuple(c.field for c in res.reasons[:2]), advisories=tuple(a.message for a in res.advisories),
-        replicas=dep.replicas, concurrency=dep.concurrency, itl_s=dep.speed.itl_s, upper_bound=dep.speed.upper_bound)
+        replicas=dep.replicas, concurrency=dep.concurrency, itl_s=dep.speed.itl_s, upper_bound=dep.speed.upper_bound,
+        tp=dep.tp, spare_gpus=dep.spare_gpus)
 
 
 def _serving_goal(preq: PlanRequest, context: int) -> str:
@@ -330,6 +332,7 @@ def _config(r: GpuResult, gpn: int, nodes: int, strategy: str, system: System | 
         score=r.score, reasons=tuple(c.message for c in top), reason_fields=tuple(c.field for c in top), advisories=tuple(a.message for a in r.advisories),
         upper_bound=speed.upper_bound,
         replicas=replicas if serving else None, concurrency=concurrency,
+        tp=(tp or Parallelism.of(strategy, gpn).tp) if serving else None, spare_gpus=0 if serving else None,
         itl_s=concurrency * replicas / speed.throughput_per_s if concurrency else None,
     )
 

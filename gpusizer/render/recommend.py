@@ -328,7 +328,7 @@ def plan_text(plan: Plan, configurations: Sequence[Configuration] | None = None)
                  if cloud else [f"${c.price_total_usd:,.0f}" if c.price_total_usd is not None else NA])
         eff = (f"{c.concurrency:,}" if c.concurrency is not None else NA) if serving else (
             f"{c.scaling_efficiency:.0%}" if c.scaling_efficiency is not None else NA)
-        rows.append([str(c.rank or "-"), c.label, str(c.gpus_total), f"{c.throughput_per_s:,.0f}", eff, *money])
+        rows.append([str(c.rank or "-"), c.label, f"{c.gpus_total:,}", f"{c.throughput_per_s:,.0f}", eff, *money])
     _, head, lines = columns(headers, rows, numeric, None)
     out = [head, "-" * len(head)]
     for c, line in zip(shown, lines, strict=True):
