@@ -299,7 +299,8 @@ class Gpu(BaseModel):
     @property
     def nvlink_switched(self) -> bool:
         """Its GPUs reach each other through NVLink switches: an SXM module on an HGX board, or a
-        Grace superchip with NVLink (GH200 NVL32, GB200 and GB300 NVL72 racks)."""
+        Grace superchip whose NVLink the catalog gives (GB200 and GB300, in NVL72 racks; GH200's
+        GPU-to-GPU NVLink is not in the catalog, so its multi-GPU runs are timed over PCIe)."""
         return self.is_sxm or (bool(self.nvlink) and "superchip" in self.form_factor.lower())
 
     @property
