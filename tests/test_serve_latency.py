@@ -187,3 +187,16 @@ def test_a_model_no_gpu_holds_is_a_memory_verdict_not_a_latency_one(cli):
                "--gpu", "h100-sxm5-80gb")
     assert done.exit_code == 4
     assert "no GPU checked serves this" in done.stdout and "looser target" not in done.stdout
+
+
+def test_both_serving_questions_default_to_the_same_context(cli_json):
+    """serve and recommend --users size 4,096-token sequences unless told otherwise (memory.serving.
+    DEFAULT_CONTEXT), or the model's own context where that is shorter (GPT-2: 1,024)."""
+    rec = cli_json("recommend", "--workload", "llm-inference", "--model", "llama-3-70b", "--users", "32", "--top", "200")
+    plan = rec["results"]["plan"]
+    assert plan["goal"] == "the cheapest GPUs that serve 32 sequences of 4,096 tokens"
+    served = cli_json("serve", "--model", "llama-3-70b", "--users", "32", "--gpu", "rtx-4090")["results"]
+    assert served["context_tokens"] == 4096
+    row, c = served["rows"][0], next(c for c in plan["configurations"] if c["gpu_id"] == "rtx-4090")
+    assert (c["tp"], c["replicas"], c["concurrency"]) == (row["gpus"], row["replicas"], row["concurrency"])
+    assert cli_json("serve", "--model", "gpt2", "--users", "4", "--gpu", "rtx-4090")["results"]["context_tokens"] == 1024

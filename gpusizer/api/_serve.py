@@ -33,6 +33,7 @@ from gpusizer.memory.serving import (
     fewest_gpus_to_serve,
     group_capacities,
     serving_capacity,
+    serving_context,
     tp_sizes,
 )
 
@@ -153,7 +154,7 @@ def _latency_row(
 
 
 def serve(
-    model: str | ModelShape | None = None, *, context: int, users: int | None = None,
+    model: str | ModelShape | None = None, *, context: int | None = None, users: int | None = None,
     gpu: str | Sequence[str] | None = None, tp: int | None = None, params: str | int | None = None,
     hf_config: str | Path | None = None, gpu_memory_utilization: float = DEFAULT_UTILIZATION,
     max_tp: int = MAX_TP, vendor: str = DEFAULT_VENDOR, catalog: Catalog | None = None,
@@ -180,6 +181,7 @@ def serve(
     (4, True)
     """
     shape = resolve_model(model, params=params, hf_config=hf_config, cache_dir=cache_dir)
+    context = serving_context(shape, context)
     ckpt, ckpt_note = checkpoint_defaults(shape, "inference", given=_given_weights(settings))
     cfg = _run(None, {**settings, **ckpt, "mode": "inference"})
     vendor = check_vendor(vendor)

@@ -111,7 +111,8 @@ RecDatasetOpt = Annotated[str | None, typer.Option("--dataset-size", metavar="CO
 RecUsersOpt = Annotated[int | None, typer.Option(
     "--users", min=1, max=MAX_USERS, metavar="N", rich_help_panel=CONSTRAINTS,
     help="Serving (an inference workload and a decoder): size a deployment for this many concurrent sequences of "
-         "--seq-len tokens: for each GPU the fewest GPUs (replicas of one TP size), cheapest first.")]
+         "--seq-len tokens (default 4,096, as serve): for each GPU the fewest GPUs (replicas of one TP size), "
+         "cheapest first.")]
 RecItlOpt = Annotated[float | None, typer.Option(
     "--max-itl-ms", **real(0.001, 1e6), metavar="MS", rich_help_panel=CONSTRAINTS,
     help="With --users: the inter-token latency each user may see, in ms.")]

@@ -35,9 +35,10 @@ from gpusizer.hardware.vendors import DEFAULT_VENDOR
 
 serve_app = command_app()
 
-ContextOpt = Annotated[int, typer.Option(
+ContextOpt = Annotated[int | None, typer.Option(
     "--context", min=1, max=1 << 24, metavar="TOKENS", rich_help_panel=RUN,
-    help="Tokens per sequence the cache must hold: prompt plus generated tokens.")]
+    help="Tokens per sequence the cache must hold: prompt plus generated tokens. Default: 4,096, or the "
+         "model's own context where that is shorter.")]
 UsersOpt = Annotated[int | None, typer.Option(
     "--users", min=1, max=MAX_USERS, metavar="N", rich_help_panel=CONSTRAINTS,
     help="Concurrent sequences to serve; the answer is the fewest GPUs (tensor-parallel) that hold them.")]
@@ -70,7 +71,7 @@ def serve_cmd(
     params: ParamsOpt = None,
     model: ModelOpt = None,
     hf_config: HfConfigOpt = None,
-    context: ContextOpt = 4096,
+    context: ContextOpt = None,
     users: UsersOpt = None,
     max_itl_ms: ServeItlOpt = None,
     gpu: ServeGpuOpt = None,

@@ -79,6 +79,20 @@ CUDA_GRAPH_BYTES = GIB // 2
 #: Meta-Llama-3-8B on an H100 (vllm-project/vllm PR #10511, 2024-12) logs "non_torch_memory"
 #: 1.79 GiB at TP=1 and 3.58 GiB at TP=2: 1.79 GiB more per GPU.
 TP_BUFFER_BYTES = round(1.79 * GIB)
+#: The context a serving question assumes when none is given: 4,096 tokens (a prompt and its
+#: answer; the serving question of issue 16 is "32 users at 4k context"), or the model's own
+#: context where that is shorter. Sizing at a model's whole context (vLLM's max_model_len
+#: default: 128k for Llama 3.1) would hold a few sequences where engines run hundreds.
+DEFAULT_CONTEXT = 4096
+
+
+def serving_context(shape: ModelShape, given: int | None = None) -> int:
+    """The context a serving question sizes: ``given``, else :data:`DEFAULT_CONTEXT`, at most
+    the model's own context."""
+    m = shape.transformer
+    return given or min(DEFAULT_CONTEXT, m.max_seq_len if m is not None and m.max_seq_len else DEFAULT_CONTEXT)
+
+
 #: Tensor parallelism stays inside a node: its all-reduces run twice per layer and
 #: need NVLink-class bandwidth, and nodes hold at most 8 GPUs (DGX/HGX)
 MAX_TP = NODE_GPUS
@@ -294,6 +308,7 @@ def fewest_gpus_to_serve(
 
 __all__ = [
     "BLOCK_TOKENS",
+    "DEFAULT_CONTEXT",
     "DEFAULT_UTILIZATION",
     "EngineLimits",
     "engine_limits",
@@ -305,5 +320,6 @@ __all__ = [
     "fewest_gpus_to_serve",
     "kv_cache_groups",
     "serving_capacity",
+    "serving_context",
     "tp_sizes",
 ]

@@ -28,7 +28,7 @@ from gpusizer.domain.shape import ModelShape
 from gpusizer.errors import UsageError
 from gpusizer.hardware.catalog import Gpu
 from gpusizer.hardware.systems import System
-from gpusizer.memory.serving import LARGE_GPU_LIMITS, SMALL_GPU_LIMITS, group_capacities, tp_sizes
+from gpusizer.memory.serving import LARGE_GPU_LIMITS, SMALL_GPU_LIMITS, group_capacities, serving_context, tp_sizes
 from gpusizer.performance.planning import training_seconds
 from gpusizer.ranking.configs import Configuration, Plan, PlanRequest
 from gpusizer.ranking.rules import RuleSet
@@ -118,7 +118,7 @@ def plan_serving(
     single = req.model_copy(update={"gpus_per_node": 1, "nodes": 1, "top": None, "budget_usd": None,
                                     "max_power_w": None})
     base = recommend(candidates, rules, single, pool=pool)
-    cfg, context = run_config(rules, single), input_seq_len(req, wl.speed, shape)
+    cfg, context = run_config(rules, single), serving_context(shape, req.seq_len)
     by_id = {c.gpu.id: c for c in candidates}
     configs: list[Configuration] = []
     over: list[Configuration] = []
