@@ -93,7 +93,8 @@ def _window_note(shape: ModelShape, context: int) -> str | None:
         return None  # (a window and a prefill chunk that reach the context hold all of it)
     layers = m.layers + m.decoder_layers
     return (f"{m.sliding_layers} of {layers} layers attend within a {m.sliding_window:,}-token window: each "
-            f"sequence holds their KV cache for the window plus one {MAX_BATCHED_TOKENS:,}-token prefill chunk, "
+            f"sequence holds their KV cache for the window plus one prefill chunk (up to {MAX_BATCHED_TOKENS:,} "
+            "tokens: vLLM's max_num_batched_tokens, less on GPUs below 70 GiB and the A100), "
             "not the whole context (vLLM's hybrid KV-cache manager); kv_bytes_per_token counts every layer")
 
 

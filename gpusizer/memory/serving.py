@@ -60,9 +60,8 @@ class EngineLimits(NamedTuple):
 LARGE_GPU_BYTES = 70 * GIB
 LARGE_GPU_LIMITS = EngineLimits(max_batched_tokens=8192, max_num_seqs=1024)
 SMALL_GPU_LIMITS = EngineLimits(max_batched_tokens=2048, max_num_seqs=256)
-#: The largest of them: what a note about every GPU may assume
+#: The larger prefill chunk: what a note about every GPU may assume
 MAX_BATCHED_TOKENS = LARGE_GPU_LIMITS.max_batched_tokens
-MAX_NUM_SEQS = LARGE_GPU_LIMITS.max_num_seqs
 
 
 def engine_limits(gpu_memory_bytes: int, gpu_name: str) -> EngineLimits:

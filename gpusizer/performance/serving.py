@@ -140,10 +140,11 @@ def fewest_gpus_within_latency(
     (None: any latency, memory alone). ``held``: for each tensor-parallel size to try, the
     sequences its KV cache holds (memory.serving.serving_capacity). For each size, the largest
     concurrency that meets the target within what memory holds (:func:`concurrency_for_latency`)
-    sets the replicas needed; the size with the fewest GPUs in all wins (the smaller size on a
+    sets the replicas needed; the size with the fewest GPUs in all wins (the lower latency on a
     tie). None when no size meets the target even with one sequence a replica. ``unit``: GPUs
     come in multiples of it (SXM and OAM modules, on baseboards of eight): a deployment is rounded
-    up to whole units and the GPUs that adds become more replicas, which share the users."""
+    up to whole units, and the users go to the replicas needed or to every replica the units hold,
+    whichever decodes faster (the rest are ``spare_gpus``)."""
     best: LatencyDeployment | None = None
     for tp, most in sorted(held.items()):
         if best is not None and best.gpus_total < tp:

@@ -40,6 +40,8 @@ if TYPE_CHECKING:
 
 #: cloud node counts tried: 1, 2, 4, ... up to this
 MAX_NODES = 128
+#: what a purchase's price counts
+GPU_PRICES_ONLY = "GPU prices only (street, else launch): no hosts, power or networking"
 
 
 def plan_purchase(
@@ -87,7 +89,7 @@ def plan_purchase(
     first = configs[0] if configs else closest
     unit = first.unit if first is not None else "throughput"
     buys = f"as many as the budget buys, {NODE_GPUS} a node (SXM/OAM: boards of {NODE_GPUS})"
-    notes = ("GPU prices only (street, else launch): no hosts, power or networking",
+    notes = (GPU_PRICES_ONLY,
              *((_serving_note(req, rules, req.shape or reference), buys) if serving else (f"{buys}; nodes need RDMA",)))
     numbered = _numbered(configs, preq.top)
     return Plan(objective="budget", goal=f"the most {unit} {'served ' if serving else ''}for ${budget:,.0f} of GPUs",
@@ -139,7 +141,7 @@ def plan_serving(
             continue
         if dep is None:
             continue
-        config = _deployment(res, dep, NODE_GPUS if gpu.on_baseboard else 1)
+        config = _deployment(res, dep)
         power = gpu.tdp_w * config.gpus_total if gpu.tdp_w is not None else None
         if (preq.budget_usd is not None and (config.price_total_usd is None or config.price_total_usd > preq.budget_usd)) \
                 or (req.max_power_w is not None and (power is None or power > req.max_power_w)):
@@ -151,7 +153,7 @@ def plan_serving(
     notes = (f"replicas of one tensor-parallel size (up to {NODE_GPUS} GPUs) share the sequences; each holds its share "
              f"in its paged KV cache (serve's accounting) and decodes it at estimate's speed; SXM and OAM modules "
              f"come in boards of {NODE_GPUS}, whose GPUs all serve",
-             "GPU prices only (street, else launch): no hosts, power or networking",
+             GPU_PRICES_ONLY,
              *((f"not sized, their speed being unknown: {', '.join(unknown)}",) if unknown else ()))
     closest = None if configs else min(over, key=_serving_order, default=None)
     return Plan(objective="serve", goal=_serving_goal(preq, context), configurations=numbered,
@@ -160,10 +162,9 @@ def plan_serving(
                 shortfall=None if configs else _serving_shortfall(preq, req, closest))
 
 
-def _deployment(res: GpuResult, dep: LatencyDeployment, unit: int) -> Configuration:
-    """A serving deployment as a plan's configuration, priced by the GPUs bought: whole ``unit``s."""
+def _deployment(res: GpuResult, dep: LatencyDeployment) -> Configuration:
+    """A serving deployment as a plan's configuration, priced by the GPUs bought (spare ones too)."""
     total = dep.gpus_total
-    bought = -(-total // unit) * unit
     layout = plural(dep.replicas, "replica") if dep.tp == 1 else (
         f"TP={dep.tp}" if dep.replicas == 1 else f"{dep.replicas:,} x TP={dep.tp}")
     layout += f", {dep.spare_gpus} spare" if dep.spare_gpus else ""
@@ -171,7 +172,7 @@ def _deployment(res: GpuResult, dep: LatencyDeployment, unit: int) -> Configurat
         label=f"{total:,} x {res.gpu_id}" + (f" ({layout})" if total > 1 else ""),
         gpu_id=res.gpu_id, gpus_per_node=dep.tp, nodes=dep.replicas, gpus_total=total,
         strategy=str(tensor_parallel(dep.tp)["strategy"]), throughput_per_s=dep.aggregate_tokens_s,
-        unit="tokens/s", price_total_usd=res.price.usd * bought if res.price is not None else None,
+        unit="tokens/s", price_total_usd=res.price.usd * total if res.price is not None else None,
         price=res.price, score=res.score, reasons=tuple(c.message for c in res.reasons[:2]),
         reason_fields=tuple(c.field for c in res.reasons[:2]), advisories=tuple(a.message for a in res.advisories),
         replicas=dep.replicas, concurrency=dep.concurrency, itl_s=dep.speed.itl_s, upper_bound=dep.speed.upper_bound,
@@ -315,7 +316,8 @@ def _config(r: GpuResult, gpn: int, nodes: int, strategy: str, system: System | 
     if speed is None or speed.throughput_per_s is None:
         return None
     total = gpn * nodes
-    replicas = total // (tp or Parallelism.of(strategy, gpn).tp)
+    group = tp or Parallelism.of(strategy, gpn).tp
+    replicas = total // group
     concurrency = speed.batch if serving else None
     where = f"{nodes} x {system.id}" if system else (f"{gpn} x {r.gpu_id}" if nodes == 1
                                                       else f"{nodes} nodes x {gpn} x {r.gpu_id}")
@@ -332,7 +334,7 @@ def _config(r: GpuResult, gpn: int, nodes: int, strategy: str, system: System | 
         score=r.score, reasons=tuple(c.message for c in top), reason_fields=tuple(c.field for c in top), advisories=tuple(a.message for a in r.advisories),
         upper_bound=speed.upper_bound,
         replicas=replicas if serving else None, concurrency=concurrency,
-        tp=(tp or Parallelism.of(strategy, gpn).tp) if serving else None, spare_gpus=0 if serving else None,
+        tp=group if serving else None, spare_gpus=0 if serving else None,
         itl_s=concurrency * replicas / speed.throughput_per_s if concurrency else None,
     )
 
