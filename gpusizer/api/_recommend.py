@@ -218,13 +218,13 @@ def _check_plan_inputs(preq: PlanRequest | None, gpus: int | None, nodes: int, b
     """The optimizer chooses the counts: a count or a second objective given with it would be ignored."""
     if preq is None:
         return
-    if preq.objective == "serve" and system is not None:
-        raise UsageError("sizing a deployment for users chooses the GPU type and count, not a system's",
-                         hint="drop the system, or size its GPU with serve", field="system")
     if preq.objective == "budget" and nodes > 1:
         raise UsageError("a purchase budget chooses the counts, nodes included", hint="drop the nodes, or give the "
                          "GPUs per node too to rank single GPUs at that size", field="nodes")
     if preq.objective == "serve":
+        if system is not None:
+            raise UsageError("sizing a deployment for users chooses the GPU type and count, not a system's",
+                             hint="drop the system, or size its GPU with serve", field="system")
         if gpus is not None or nodes > 1:
             raise UsageError("sizing a deployment for users chooses the GPU count", hint="drop the GPU and node counts, "
                              "or the users", field="gpus_per_node" if gpus is not None else "nodes")
