@@ -202,7 +202,7 @@ def test_held_out_split_is_by_die_and_unseen_and_its_error_is_gated(cases, calib
 
 
 @pytest.mark.skipif(not os.environ.get("GPUSIZER_SLOW"),
-                    reason="refits the performance model on every row (about 2 minutes): CI runs it with GPUSIZER_SLOW=1")
+                    reason="refits the performance model on every row (about 1 minute): CI runs it with GPUSIZER_SLOW=1")
 def test_a_refit_from_scratch_gives_the_shipped_constants(cases, calibrate_module):
     """benchmarks/calibrate.py's fit on all usable rows, from its starting point, is data/calibration.yaml."""
     usable, _ = cases

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -333,6 +334,10 @@ def _unsharded_memory(shape: ModelShape, mem_cfg: RunConfig, mem: MemoryBreakdow
     return estimate_memory(shape, mem_cfg.model_copy(update={"strategy": "ddp", "offload": "none"}))
 
 
+#: Work depends only on its arguments (frozen models, numbers and the bundled operation tables), and one
+#: answer asks for the same work many times: recommend for every GPU type and count, estimate for the
+#: run and again for its one-GPU baseline, the calibration fit for every row at each trial constant.
+@lru_cache(maxsize=4096)
 def model_work(
     shape: ModelShape, cfg: RunConfig, precision: str, *, phase: str | None = None, tp: int = 1,
     dp: int = 1, grad_accumulation: int = 1,
