@@ -181,7 +181,7 @@ def test_cost_line_for_one_gpu(cli):
 
 def test_serving_one_sequence_reads_singular(cli):
     out = cli("estimate", "--model", "llama-3.1-70b", "--gpu", "h100-sxm5-80gb", "--inference", "--seq-len", "4096",
-              "--max-itl-ms", "20", "--gpus", "4", "--strategy", "tp", env={"COLUMNS": "200"}).stdout
+              "--max-itl-ms", "16", "--gpus", "4", "--strategy", "tp", env={"COLUMNS": "200"}).stdout
     assert "per step of 1 token per replica" in out and "Serving 1 sequence of 4,096 tokens" in out
     assert not re.search(r"(?<![\d.,])1 (tokens|sequences)\b", out)
 

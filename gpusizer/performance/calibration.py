@@ -46,8 +46,10 @@ class Interconnect(BaseModel):
     peer_links: int | None = Field(default=None, ge=1, le=64)
     #: achievable fraction of bandwidth_gb_s for a NCCL ring (bus bandwidth)
     efficiency: float = Field(gt=0, le=1)
-    #: NCCL per-hop latency of a ring step
+    #: NCCL per-hop latency of a ring step (the Simple protocol)
     latency_us: float = Field(ge=0, le=10_000)
+    #: the same under NCCL's low-latency protocol (LL); None: only Simple is modelled on this link
+    ll_latency_us: float | None = Field(default=None, ge=0, le=10_000)
     rdma: bool
     #: when GPUDirect RDMA is not possible: TCP with host staging
     tcp_efficiency: float | None = Field(default=None, gt=0, le=1)
@@ -81,8 +83,10 @@ class PciePath(BaseModel):
     path: Literal["switch", "root-complex", "none"]
     #: achieved fraction of the PCIe link's per-direction rate for a NCCL ring (bus bandwidth)
     efficiency: float = Field(gt=0, le=1)
-    #: NCCL per-hop latency of a ring step on this path
+    #: NCCL per-hop latency of a ring step on this path (the Simple protocol)
     latency_us: float = Field(ge=0, le=10_000)
+    #: the same under NCCL's low-latency protocol (LL)
+    ll_latency_us: float | None = Field(default=None, ge=0, le=10_000)
     #: the fraction of the backward pass a gradient all-reduce on this path can hide behind (1: all of
     #: it, as DDP overlaps with P2P copies; less where staged copies contend with the compute)
     overlap: float = Field(default=1.0, ge=0, le=1)
@@ -131,12 +135,29 @@ class ScaleUpDefault(BaseModel):
                 and (not self.form_factors or gpu.form_factor in self.form_factors))
 
 
+class LowLatencyProtocol(BaseModel):
+    """NCCL's LL protocol (data/interconnects.yaml ``ll_protocol``): each 8-byte word carries a flag,
+    so a ring step waits less but only part of the bus bandwidth carries data. NCCL times every
+    protocol for a message and runs the fastest (src/graph/tuning.cc), so small messages, such as a
+    decode step's tensor-parallel all-reduce, go by LL."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+
+    base_latency_us: float = Field(ge=0, le=10_000)
+    #: the share of the Simple protocol's bus bandwidth a ring all-reduce reaches
+    bandwidth_share: float = Field(gt=0, le=1)
+    #: the factor on the intra-node step latency when the ring spans nodes
+    multi_node_intra_factor: float = Field(ge=1, le=10)
+    source: Source
+
+
 class Interconnects(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     schema_version: int = 1
     collective_base_latency_us: float = Field(ge=0)
     collective_base_latency_source: Source
+    ll_protocol: LowLatencyProtocol | None = None
     interconnects: tuple[Interconnect, ...]
     pcie_paths: tuple[PciePath, ...] = Field(min_length=3)
     pcie_p2p_defaults: tuple[P2pDefault, ...] = Field(min_length=1)
