@@ -139,3 +139,33 @@ def test_grace_blackwell_gpus_talk_over_nvlink_not_pcie(cli_json, gpu):
                    "--strategy", "tp", "--batch", "64", "--seq-len", "4096")
     assert doc["results"]["estimate"]["transport"] == "nvlink"
     assert doc["results"]["comm_s"] == pytest.approx(ref["results"]["comm_s"], rel=1e-6)
+
+
+@pytest.mark.parametrize("gpu", ["gh200-96gb", "gh200-144gb"])
+def test_gh200_gpus_talk_over_nvlink_switches_not_pcie(cat, cli_json, gpu):
+    """The GH200's Hopper GPU has the H100 SXM's 18 NVLink 4 links, 900 GB/s bidirectional (Bekman's
+    NVLink table), which NVIDIA's NVL32 racks and the DGX GH200 join through NVLink switches. Two or
+    eight of them were timed over an assumed PCIe link; now over NVLink 4 at 450 GB/s a direction and
+    the 78% NCCL reaches on NVSwitch (the H100 SXM's figure), with the assumption printed."""
+    g = cat.by_id(gpu)
+    assert (g.nvlink_generation, g.nvlink_gb_s, g.nvlink_switched) == (4, 900, True)
+    assert {"nvlink_generation", "nvlink_gb_s"} <= {f for s in g.sources for f in s.fields}
+    links = load_interconnects()
+    per_gpu = 450 * links.nvlink(4).efficiency
+    for gpus in (2, 8):
+        doc = cli_json("estimate", "--model", "llama-2-7b", "--gpu", gpu, "--gpus", str(gpus), "--strategy", "fsdp")
+        est = doc["results"]["estimate"]
+        assert est["transport"] == "nvlink" and est["comm_bandwidth_gb_s"] == pytest.approx(per_gpu)
+        notes = " ".join(doc["notes"] + est["notes"])
+        assert "one GPU of a Grace superchip" in notes and "NVLink switches (900 GB/s a GPU)" in notes
+        assert "node as in NVIDIA DGX H100: NVSwitch" in notes
+    # two nodes: NVLink inside, the DGX H100's 8 x 400 Gb/s InfiniBand NDR ports between, said so
+    doc = cli_json("estimate", "--model", "llama-2-7b", "--gpu", gpu, "--gpus", "8", "--nodes", "2",
+                   "--strategy", "fsdp")
+    est = doc["results"]["estimate"]
+    assert est["transport"] == "rdma" and "InfiniBand NDR" in est["interconnect"] and "x8 per node" in est["interconnect"]
+    assert any("a node with NVIDIA DGX H100's network ports" in n for n in doc["notes"] + est["notes"])
+    # a GH200 pair without NVLink between them (a workstation) is named as such
+    pcie = cli_json("estimate", "--model", "llama-2-7b", "--gpu", gpu, "--gpus", "2", "--strategy", "fsdp",
+                    "--interconnect", "pcie")["results"]["estimate"]
+    assert pcie["transport"] == "pcie"
