@@ -169,3 +169,33 @@ def test_gh200_gpus_talk_over_nvlink_switches_not_pcie(cat, cli_json, gpu):
     pcie = cli_json("estimate", "--model", "llama-2-7b", "--gpu", gpu, "--gpus", "2", "--strategy", "fsdp",
                     "--interconnect", "pcie")["results"]["estimate"]
     assert pcie["transport"] == "pcie"
+
+
+@pytest.mark.parametrize("gpu", ["gb200", "gb300"])
+def test_a_lone_grace_blackwell_gpu_offloads_over_its_own_half_of_nvlink_c2c(cli_json, gpu):
+    """NVIDIA gives the GB200 superchip's NVLink-C2C as 900 GB/s bidirectional for one Grace CPU and
+    two GPUs; the split is the wiring's (NVML reports C2C links per GPU, and NCCL joins each GPU to
+    its CPU with a link of its own, sharing one only among partitions of one GPU). So one GPU
+    offloading alone moves at 900 / 2 / 2 = 225 GB/s a direction, 168.75 at the 75% Grace Hopper
+    copies reach, as it does beside the superchip's other GPU: the per-GPU offload time is the same."""
+    links = load_interconnects()
+    row = next(r for r in links.host_links if r.id == "nvlink-c2c-gb200")
+    assert (row.bandwidth_gb_s, row.efficiency) == (225, 0.75)
+    assert any("nccl" in s.url for s in row.sources)
+
+    def run(gpus: int) -> dict:
+        return cli_json("estimate", "--model", "llama-2-7b", "--offload", "optimizer", "--gpu", gpu,
+                        "--gpus", str(gpus), "--strategy", "ddp")["results"]
+
+    lone = run(1)
+    note = next(n for n in lone["estimate"]["notes"] if n.startswith("offload moves"))
+    moved_gb = float(note.split()[2].replace(",", ""))
+    assert lone["comm_s"] == pytest.approx(moved_gb / 168.75, rel=2e-3)  # the GB figure is rounded to 0.1
+    assert "each GPU's half of the Grace CPU's links" in note
+    # a pair (one superchip; ZeRO-2 halves each GPU's optimizer bytes) moves at the same per-GPU rate
+    pair = run(2)
+    pair_note = next(n for n in pair["estimate"]["notes"] if n.startswith("offload moves"))
+    pair_gb = float(pair_note.split()[2])
+    pair_ms = float(pair_note.split(" each step (")[1].split(" ms")[0])
+    assert pair_gb == pytest.approx(moved_gb / 2, abs=0.1)
+    assert pair_ms == pytest.approx(pair_gb / 168.75 * 1e3, abs=1.0)  # 13.5 GB: 80 ms

@@ -65,7 +65,7 @@ class HostLink(BaseModel):
 
     id: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
     name: str
-    #: per GPU, decimal GB/s per direction (a link the superchip's GPUs share: each one's part)
+    #: per GPU, decimal GB/s per direction (on a two-GPU superchip, the GPU's own half of the CPU's links)
     bandwidth_gb_s: float = Field(gt=0, le=100_000)
     #: achievable fraction of bandwidth_gb_s for bulk host-device copies
     efficiency: float = Field(gt=0, le=1)
