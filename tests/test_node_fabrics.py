@@ -119,13 +119,42 @@ def test_mi250_nodes_time_their_infinity_fabric_not_pcie(cat, cli_json, gpu):
     assert topo.fabric == "scale-up" and topo.scale_up == "xgmi-cdna2"
     doc = cli_json("estimate", "--model", "llama-3.1-8b", "--gpu", gpu, "--gpus", "8", "--strategy", "fsdp")
     est = doc["results"]["estimate"]
-    assert est["transport"] == "scale-up" and "3 of 3 peer links" in est["interconnect"]
+    assert est["transport"] == "scale-up" and "each GCD's 3 links to other OAMs" in est["interconnect"]
     assert est["comm_bandwidth_gb_s"] == pytest.approx(3 * 50 * 0.75)
-    assert not any("no published board" in n for n in doc["notes"])
-    # two GCDs: one external link's share (the sibling pair's 200 GB/s is left out: timed low)
-    two = cli_json("estimate", "--model", "llama-3.2-1b", "--gpu", gpu, "--gpus", "2",
-                   "--strategy", "fsdp")["results"]["estimate"]
-    assert two["comm_bandwidth_gb_s"] == pytest.approx(50 * 0.75)
+    assert not any("no published board" in n or "approximately" in n for n in doc["notes"] + est["notes"])
+
+
+@pytest.mark.parametrize("gpu", ["mi250", "mi250x"])
+def test_fewer_mi250_gcds_are_timed_from_the_node_diagram_or_said_to_be_approximate(cli_json, gpu):
+    """AMD's MI250 guide: the two GCDs of an OAM are joined by 4 Infinity Fabric links, 200 GB/s a
+    direction; links between OAMs carry 50 GB/s each, and its node diagram joins the first two OAMs
+    (GCD0-1 and GCD2-3) by one link, GCD1-GCD3. So 2 GCDs (one OAM) run at 200 x 75% = 150 GB/s,
+    where they were timed at one external link (37.5), and 4 GCDs at that one link, 37.5, where they
+    were timed at all 3 of a GCD's external links (112.5). 3 GCDs keep the peer-link rule, and say so."""
+    def run(gpus: int) -> tuple[dict, list[str]]:
+        doc = cli_json("estimate", "--model", "llama-3.2-1b", "--gpu", gpu, "--gpus", str(gpus), "--strategy", "fsdp")
+        est = doc["results"]["estimate"]
+        return est, doc["notes"] + est["notes"]
+
+    two, notes2 = run(2)
+    assert two["comm_bandwidth_gb_s"] == pytest.approx(4 * 50 * 0.75)
+    assert "GCD0-1: the 4 links between the two GCDs of an OAM" in two["interconnect"]
+    four, notes4 = run(4)
+    assert four["comm_bandwidth_gb_s"] == pytest.approx(50 * 0.75)
+    assert "GCD0-3: the one link between their two OAMs" in four["interconnect"]
+    assert not any("approximately" in n for n in notes2 + notes4)
+    three, notes3 = run(3)
+    assert three["comm_bandwidth_gb_s"] == pytest.approx(2 * 50 * 0.75) and "2 of 3 peer links" in three["interconnect"]
+    assert any(n.startswith("a ring over 3 GPUs of the AMD Infinity Fabric") and "timed approximately" in n
+               and "rings over 2, 4 and 8 GPUs only" in n for n in notes3)
+
+
+def test_even_meshes_have_no_diagram_rings_and_no_approximation_note(cli_json):
+    """MI300X's 8 OAMs link all-to-all with one link a pair, so n - 1 peer links is exact there."""
+    links = load_interconnects()
+    assert links.get("xgmi-cdna3").ring_links == ()
+    doc = cli_json("estimate", "--model", "llama-3.2-1b", "--gpu", "mi300x", "--gpus", "3", "--strategy", "fsdp")
+    assert not any("approximately" in n for n in doc["notes"] + doc["results"]["estimate"]["notes"])
 
 
 @pytest.mark.parametrize("gpu", ["gb200", "gb300"])
