@@ -119,13 +119,42 @@ def test_mi250_nodes_time_their_infinity_fabric_not_pcie(cat, cli_json, gpu):
     assert topo.fabric == "scale-up" and topo.scale_up == "xgmi-cdna2"
     doc = cli_json("estimate", "--model", "llama-3.1-8b", "--gpu", gpu, "--gpus", "8", "--strategy", "fsdp")
     est = doc["results"]["estimate"]
-    assert est["transport"] == "scale-up" and "3 of 3 peer links" in est["interconnect"]
+    assert est["transport"] == "scale-up" and "each GCD's 3 links to other OAMs" in est["interconnect"]
     assert est["comm_bandwidth_gb_s"] == pytest.approx(3 * 50 * 0.75)
-    assert not any("no published board" in n for n in doc["notes"])
-    # two GCDs: one external link's share (the sibling pair's 200 GB/s is left out: timed low)
-    two = cli_json("estimate", "--model", "llama-3.2-1b", "--gpu", gpu, "--gpus", "2",
-                   "--strategy", "fsdp")["results"]["estimate"]
-    assert two["comm_bandwidth_gb_s"] == pytest.approx(50 * 0.75)
+    assert not any("no published board" in n or "approximately" in n for n in doc["notes"] + est["notes"])
+
+
+@pytest.mark.parametrize("gpu", ["mi250", "mi250x"])
+def test_fewer_mi250_gcds_are_timed_from_the_node_diagram_or_said_to_be_approximate(cli_json, gpu):
+    """AMD's MI250 guide: the two GCDs of an OAM are joined by 4 Infinity Fabric links, 200 GB/s a
+    direction; links between OAMs carry 50 GB/s each, and its node diagram joins the first two OAMs
+    (GCD0-1 and GCD2-3) by one link, GCD1-GCD3. So 2 GCDs (one OAM) run at 200 x 75% = 150 GB/s,
+    where they were timed at one external link (37.5), and 4 GCDs at that one link, 37.5, where they
+    were timed at all 3 of a GCD's external links (112.5). 3 GCDs keep the peer-link rule, and say so."""
+    def run(gpus: int) -> tuple[dict, list[str]]:
+        doc = cli_json("estimate", "--model", "llama-3.2-1b", "--gpu", gpu, "--gpus", str(gpus), "--strategy", "fsdp")
+        est = doc["results"]["estimate"]
+        return est, doc["notes"] + est["notes"]
+
+    two, notes2 = run(2)
+    assert two["comm_bandwidth_gb_s"] == pytest.approx(4 * 50 * 0.75)
+    assert "GCD0-1: the 4 links between the two GCDs of an OAM" in two["interconnect"]
+    four, notes4 = run(4)
+    assert four["comm_bandwidth_gb_s"] == pytest.approx(50 * 0.75)
+    assert "GCD0-3: the one link between their two OAMs" in four["interconnect"]
+    assert not any("approximately" in n for n in notes2 + notes4)
+    three, notes3 = run(3)
+    assert three["comm_bandwidth_gb_s"] == pytest.approx(2 * 50 * 0.75) and "2 of 3 peer links" in three["interconnect"]
+    assert any(n.startswith("a ring over 3 GPUs of the AMD Infinity Fabric") and "timed approximately" in n
+               and "rings over 2, 4 and 8 GPUs only" in n for n in notes3)
+
+
+def test_even_meshes_have_no_diagram_rings_and_no_approximation_note(cli_json):
+    """MI300X's 8 OAMs link all-to-all with one link a pair, so n - 1 peer links is exact there."""
+    links = load_interconnects()
+    assert links.get("xgmi-cdna3").ring_links == ()
+    doc = cli_json("estimate", "--model", "llama-3.2-1b", "--gpu", "mi300x", "--gpus", "3", "--strategy", "fsdp")
+    assert not any("approximately" in n for n in doc["notes"] + doc["results"]["estimate"]["notes"])
 
 
 @pytest.mark.parametrize("gpu", ["gb200", "gb300"])
@@ -139,3 +168,63 @@ def test_grace_blackwell_gpus_talk_over_nvlink_not_pcie(cli_json, gpu):
                    "--strategy", "tp", "--batch", "64", "--seq-len", "4096")
     assert doc["results"]["estimate"]["transport"] == "nvlink"
     assert doc["results"]["comm_s"] == pytest.approx(ref["results"]["comm_s"], rel=1e-6)
+
+
+@pytest.mark.parametrize("gpu", ["gh200-96gb", "gh200-144gb"])
+def test_gh200_gpus_talk_over_nvlink_switches_not_pcie(cat, cli_json, gpu):
+    """The GH200's Hopper GPU has the H100 SXM's 18 NVLink 4 links, 900 GB/s bidirectional (Bekman's
+    NVLink table), which NVIDIA's NVL32 racks and the DGX GH200 join through NVLink switches. Two or
+    eight of them were timed over an assumed PCIe link; now over NVLink 4 at 450 GB/s a direction and
+    the 78% NCCL reaches on NVSwitch (the H100 SXM's figure), with the assumption printed."""
+    g = cat.by_id(gpu)
+    assert (g.nvlink_generation, g.nvlink_gb_s, g.nvlink_switched) == (4, 900, True)
+    assert {"nvlink_generation", "nvlink_gb_s"} <= {f for s in g.sources for f in s.fields}
+    links = load_interconnects()
+    per_gpu = 450 * links.nvlink(4).efficiency
+    for gpus in (2, 8):
+        doc = cli_json("estimate", "--model", "llama-2-7b", "--gpu", gpu, "--gpus", str(gpus), "--strategy", "fsdp")
+        est = doc["results"]["estimate"]
+        assert est["transport"] == "nvlink" and est["comm_bandwidth_gb_s"] == pytest.approx(per_gpu)
+        notes = " ".join(doc["notes"] + est["notes"])
+        assert "one GPU of a Grace superchip" in notes and "NVLink switches (900 GB/s a GPU)" in notes
+        assert "node as in NVIDIA DGX H100: NVSwitch" in notes
+    # two nodes: NVLink inside, the DGX H100's 8 x 400 Gb/s InfiniBand NDR ports between, said so
+    doc = cli_json("estimate", "--model", "llama-2-7b", "--gpu", gpu, "--gpus", "8", "--nodes", "2",
+                   "--strategy", "fsdp")
+    est = doc["results"]["estimate"]
+    assert est["transport"] == "rdma" and "InfiniBand NDR" in est["interconnect"] and "x8 per node" in est["interconnect"]
+    assert any("a node with NVIDIA DGX H100's network ports" in n for n in doc["notes"] + est["notes"])
+    # a GH200 pair without NVLink between them (a workstation) is named as such
+    pcie = cli_json("estimate", "--model", "llama-2-7b", "--gpu", gpu, "--gpus", "2", "--strategy", "fsdp",
+                    "--interconnect", "pcie")["results"]["estimate"]
+    assert pcie["transport"] == "pcie"
+
+
+@pytest.mark.parametrize("gpu", ["gb200", "gb300"])
+def test_a_lone_grace_blackwell_gpu_offloads_over_its_own_half_of_nvlink_c2c(cli_json, gpu):
+    """NVIDIA gives the GB200 superchip's NVLink-C2C as 900 GB/s bidirectional for one Grace CPU and
+    two GPUs; the split is the wiring's (NVML reports C2C links per GPU, and NCCL joins each GPU to
+    its CPU with a link of its own, sharing one only among partitions of one GPU). So one GPU
+    offloading alone moves at 900 / 2 / 2 = 225 GB/s a direction, 168.75 at the 75% Grace Hopper
+    copies reach, as it does beside the superchip's other GPU: the per-GPU offload time is the same."""
+    links = load_interconnects()
+    row = next(r for r in links.host_links if r.id == "nvlink-c2c-gb200")
+    assert (row.bandwidth_gb_s, row.efficiency) == (225, 0.75)
+    assert any("nccl" in s.url for s in row.sources)
+
+    def run(gpus: int) -> dict:
+        return cli_json("estimate", "--model", "llama-2-7b", "--offload", "optimizer", "--gpu", gpu,
+                        "--gpus", str(gpus), "--strategy", "ddp")["results"]
+
+    lone = run(1)
+    note = next(n for n in lone["estimate"]["notes"] if n.startswith("offload moves"))
+    moved_gb = float(note.split()[2].replace(",", ""))
+    assert lone["comm_s"] == pytest.approx(moved_gb / 168.75, rel=2e-3)  # the GB figure is rounded to 0.1
+    assert "each GPU's half of the Grace CPU's links" in note
+    # a pair (one superchip; ZeRO-2 halves each GPU's optimizer bytes) moves at the same per-GPU rate
+    pair = run(2)
+    pair_note = next(n for n in pair["estimate"]["notes"] if n.startswith("offload moves"))
+    pair_gb = float(pair_note.split()[2])
+    pair_ms = float(pair_note.split(" each step (")[1].split(" ms")[0])
+    assert pair_gb == pytest.approx(moved_gb / 2, abs=0.1)
+    assert pair_ms == pytest.approx(pair_gb / 168.75 * 1e3, abs=1.0)  # 13.5 GB: 80 ms

@@ -297,11 +297,16 @@ class Gpu(BaseModel):
         return self.form_factor.upper().startswith("SXM")
 
     @property
+    def is_superchip(self) -> bool:
+        """One GPU of a Grace superchip (GH200, GB200, GB300): a module or board, not an SXM socket."""
+        return "superchip" in self.form_factor.lower()
+
+    @property
     def nvlink_switched(self) -> bool:
         """Its GPUs reach each other through NVLink switches: an SXM module on an HGX board, or a
-        Grace superchip whose NVLink the catalog gives (GB200 and GB300, in NVL72 racks; GH200's
-        GPU-to-GPU NVLink is not in the catalog, so its multi-GPU runs are timed over PCIe)."""
-        return self.is_sxm or (bool(self.nvlink) and "superchip" in self.form_factor.lower())
+        Grace superchip whose NVLink the catalog gives (GH200 in NVL32 racks and the DGX GH200's
+        NVLink Switch System; GB200 and GB300 in NVL72 racks)."""
+        return self.is_sxm or (bool(self.nvlink) and self.is_superchip)
 
     @property
     def on_baseboard(self) -> bool:

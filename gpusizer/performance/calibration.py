@@ -28,6 +28,19 @@ WORKLOAD_CLASSES: tuple[str, ...] = get_args(WorkloadClass)
 # data files: interconnects and calibration
 
 
+class RingLinks(BaseModel):
+    """A ring over the first ``gpus`` GPUs of a board whose links are uneven, read from its link
+    diagram: the per-GPU bandwidth a direction that bounds it, and the links it crosses."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+
+    gpus: int = Field(ge=2, le=64)
+    #: per GPU, decimal GB/s per direction
+    bandwidth_gb_s: float = Field(gt=0, le=100_000)
+    #: the links that bound it, in words ("the 4 links between the two GCDs of an OAM")
+    via: str = Field(min_length=3)
+
+
 class Interconnect(BaseModel):
     """One link or network (data/interconnects.yaml). Bandwidth per direction."""
 
@@ -44,6 +57,10 @@ class Interconnect(BaseModel):
     #: links of one GPU to its peers, over which bandwidth_gb_s is spread evenly; a ring over n GPUs of
     #: the board uses n - 1 of them. None: not a mesh
     peer_links: int | None = Field(default=None, ge=1, le=64)
+    #: a mesh whose links are uneven (MI250: 4 links between the GCDs of an OAM, one or two between
+    #: OAMs): rings over the board's first n GPUs, in device order, timed from its link diagram; a
+    #: count not given here is timed at n - 1 of the peer_links and said to be approximate
+    ring_links: tuple[RingLinks, ...] = ()
     #: achievable fraction of bandwidth_gb_s for a NCCL ring (bus bandwidth)
     efficiency: float = Field(gt=0, le=1)
     #: NCCL per-hop latency of a ring step (the Simple protocol)
@@ -56,6 +73,10 @@ class Interconnect(BaseModel):
     tcp_latency_us: float | None = Field(default=None, ge=0, le=100_000)
     sources: tuple[Source, ...] = Field(min_length=1)
 
+    def ring(self, gpus: int) -> RingLinks | None:
+        """The diagram's ring over the board's first ``gpus`` GPUs, if it gives one."""
+        return next((r for r in self.ring_links if r.gpus == gpus), None)
+
 
 class HostLink(BaseModel):
     """A GPU's link to its host CPU's memory where it is not the GPU's PCIe slot: the chip-to-chip
@@ -67,7 +88,7 @@ class HostLink(BaseModel):
 
     id: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
     name: str
-    #: per GPU, decimal GB/s per direction (a link the superchip's GPUs share: each one's part)
+    #: per GPU, decimal GB/s per direction (on a two-GPU superchip, the GPU's own half of the CPU's links)
     bandwidth_gb_s: float = Field(gt=0, le=100_000)
     #: achievable fraction of bandwidth_gb_s for bulk host-device copies
     efficiency: float = Field(gt=0, le=1)

@@ -48,11 +48,16 @@ class Link(BaseModel):
 def _intra_link(gpu: Gpu, gpus: int, topo: Topology,
                 links: Interconnects) -> tuple[str, float, float, str, float, float | None]:
     """(name, effective per-GPU bus bandwidth GB/s, per-step latency us, transport, overlap, per-step
-    latency us under NCCL's LL protocol or None) of a ring inside a node. NVLink bridges join pairs only: a ring over more than two bridged cards
-    crosses PCIe, so PCIe sets its pace."""
+    latency us under NCCL's LL protocol or None) of a ring inside a node. NVLink bridges join pairs
+    only: a ring over more than two bridged cards crosses PCIe, so PCIe sets its pace."""
     if topo.fabric == "scale-up" and topo.scale_up is not None:
-        # an all-to-all mesh: a ring over n of the board's GPUs uses n - 1 of each GPU's peer links
         mesh = links.get(topo.scale_up)
+        ring = mesh.ring(gpus)
+        if ring is not None:
+            # uneven links (MI250's OAMs): the ring the board's link diagram gives for this count
+            return (f"{mesh.name} ({ring.via})", ring.bandwidth_gb_s * mesh.efficiency, mesh.latency_us, "scale-up",
+                    1.0, mesh.ll_latency_us)
+        # an all-to-all mesh: a ring over n of the board's GPUs uses n - 1 of each GPU's peer links
         peers = mesh.peer_links or 1
         used = min(max(1, gpus - 1), peers)
         per_gpu = mesh.bandwidth_gb_s * used / peers
@@ -73,6 +78,22 @@ def _intra_link(gpu: Gpu, gpus: int, topo: Topology,
     return name, link.bandwidth_gb_s * path.efficiency, path.latency_us, "pcie", path.overlap, path.ll_latency_us
 
 
+def _uneven_mesh_note(gpus: int, topo: Topology, links: Interconnects) -> tuple[str, ...]:
+    """A mesh with uneven links whose diagram gives no ring for ``gpus``: the peer-link rule times
+    it, approximately, and the note says so plainly."""
+    if topo.fabric != "scale-up" or topo.scale_up is None or gpus < 2:
+        return ()
+    mesh = links.get(topo.scale_up)
+    if not mesh.ring_links or mesh.ring(gpus) is not None:
+        return ()
+    peers = mesh.peer_links or 1
+    counts = [str(r.gpus) for r in mesh.ring_links]
+    timed = " and ".join([", ".join(counts[:-1]), counts[-1]] if len(counts) > 1 else counts)
+    return (f"a ring over {gpus} GPUs of the {mesh.name} board is timed approximately, at {min(gpus - 1, peers)} "
+            f"of a GPU's {peers} peer links: the board's links are uneven, and its link diagram is read for "
+            f"rings over {timed} GPUs only",)
+
+
 def collective_link(
     gpu: Gpu, gpus_per_node: int, nodes: int, interconnect: str | None = None, *, nics_per_node: int | None = None,
     links: Interconnects | None = None, topology: Topology | None = None,
@@ -83,7 +104,7 @@ def collective_link(
     links = links or load_interconnects()
     topo = topology or node_topology(gpu, gpus_per_node, nodes, interconnect=interconnect,
                                      nics_per_node=nics_per_node, links=links)
-    notes: list[str] = list(topo.assumed)
+    notes: list[str] = [*topo.assumed, *_uneven_mesh_note(gpus_per_node, topo, links)]
     intra_name, intra_eff, intra_lat, intra_kind, overlap, intra_ll = _intra_link(gpu, gpus_per_node, topo, links)
     if nodes <= 1:
         return Link(

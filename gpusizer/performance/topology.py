@@ -194,6 +194,18 @@ def node_topology(
     return _override(topo, gpu, interconnect, nics_per_node, links)
 
 
+def _superchip_notes(gpu: Gpu, ref: System, nodes: int) -> tuple[str, ...]:
+    """What a Grace superchip's defaults assume: NVIDIA racks its superchips' GPUs behind NVLink
+    switches (GH200 NVL32, GB200 and GB300 NVL72), and data/systems.yaml has no node of superchips,
+    so the network ports are those of the SXM system of the same architecture."""
+    if not gpu.is_superchip or gpu.nvlink_gb_s is None:
+        return ()
+    return (f"{gpu.id} is one GPU of a Grace superchip, taken to reach the others through NVLink switches "
+            f"({gpu.nvlink_gb_s:,.0f} GB/s a GPU) as in NVIDIA's NVL32 and NVL72 racks"
+            + (f", a node with {ref.name}'s network ports" if nodes > 1 else "")
+            + "; superchips without NVLink between them talk over their network: name an interconnect to change it",)
+
+
 def _default_topology(gpu: Gpu, gpus_per_node: int, nodes: int, links: Interconnects,
                       systems: Systems | None, catalog: Catalog | None) -> Topology:
     if gpu.nvlink_switched and (gpus_per_node > 1 or nodes > 1):
@@ -208,10 +220,10 @@ def _default_topology(gpu: Gpu, gpus_per_node: int, nodes: int, links: Interconn
                 "system": None, "nvlink_gb_s": None if gpu.nvlink_gb_s else base.nvlink_gb_s,
                 "pcie_generation": None if gpu.pcie_generation else (
                     base.pcie_generation or pcie_generation_for(gpu, links, cat)[0]),
-                "origin": f"defaults for an {gpu.form_factor} GPU (as {ref.name})",
+                "origin": f"defaults for {'an' if gpu.is_sxm else 'a'} {gpu.form_factor} GPU (as {ref.name})",
                 "assumed": (f"{gpu.form_factor} node as in {ref.name}: {base.describe(nodes)}; name a system, "
-                            "an interconnect or the NICs per node to change it", *base.assumed,
-                            *([larger] if larger else [])),
+                            "an interconnect or the NICs per node to change it", *_superchip_notes(gpu, ref, nodes),
+                            *base.assumed, *([larger] if larger else [])),
             })
     p2p, why = default_p2p(gpu, links)
     pcie_gen, why_pcie = pcie_generation_for(gpu, links, catalog)
