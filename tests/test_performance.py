@@ -962,3 +962,48 @@ def test_scaling_speed_up_is_the_throughput_ratio_to_one_gpu(zoo, cat):
         lone = estimate_performance(gpu, shp, RunConfig(**run, gpus=1, strategy=strategy))
         assert est.speedup_vs_1gpu == pytest.approx(est.throughput_per_s / lone.throughput_per_s, rel=1e-9)
         assert (lone.throughput_per_s > one.throughput_per_s) == (strategy == "fsdp")
+
+
+def test_fsdp_gathers_weights_in_the_compute_dtype(zoo, cat):
+    """PyTorch FSDP's MixedPrecision gathers param_dtype (bf16) copies of its fp32 shards and
+    reduce-scatters fp32 gradients (torchtitan's and LLM Foundry's defaults): (N-1)/N x (2 + 2 + 4)
+    bytes a parameter a step, against DeepSpeed ZeRO-3's 16-bit (2 + 2 + 2). It had gathered fp32 (12)."""
+    gpu, shp = cat.by_id("l40s"), shape(zoo, "gpt2-xl")
+    run = {"mode": "train", "precision": "mixed", "batch": 4, "seq_len": 1024, "gpus": 8}
+    params = model_work(shp, RunConfig(**run, strategy="fsdp"), "mixed", dp=8).gradient_bytes / 4
+    fsdp = estimate_performance(gpu, shp, RunConfig(**run, strategy="fsdp")).comm_bytes
+    zero3 = estimate_performance(gpu, shp, RunConfig(**run, strategy="zero3")).comm_bytes
+    assert fsdp == pytest.approx(7 / 8 * 8 * params, rel=1e-6)
+    assert zero3 == pytest.approx(7 / 8 * 6 * params, rel=1e-6)
+
+
+def test_fsdp_lora_gathers_the_frozen_base(zoo, cat):
+    """Under FSDP a LoRA run's frozen base is sharded too and gathered each pass: the traffic is the
+    base's 16-bit weights twice, not the adapters' gradients alone."""
+    gpu, shp = cat.by_id("a100-sxm4-80gb"), shape(zoo, "llama-2-7b")
+    run = {"mode": "train", "precision": "bf16", "batch": 1, "seq_len": 2048, "gpus": 8, "strategy": "fsdp"}
+    est_ = estimate_performance(gpu, shp, RunConfig(**run, adapter={"rank": 16}))
+    base = shp.params * 2
+    assert est_.comm_bytes > 7 / 8 * 2 * base
+
+
+def test_zero1_and_2_wait_for_the_weights_gathered_after_the_step(zoo, cat):
+    """DeepSpeed ZeRO-1/2 reduce-scatter gradients during backward but all-gather the updated
+    16-bit weights after the optimizer step (stage_1_and_2.py, step): half the traffic is exposed."""
+    gpu, shp = cat.by_id("l40s"), shape(zoo, "gpt2-xl")
+    run = {"mode": "train", "precision": "mixed", "batch": 4, "seq_len": 1024, "gpus": 8}
+    for strategy in ("zero1", "zero2"):
+        e = estimate_performance(gpu, shp, RunConfig(**run, strategy=strategy))
+        assert e.comm_exposed_s >= e.comm_s / 2 - 1e-12
+
+
+def test_a_speed_up_above_n_and_a_baseline_one_gpu_cannot_hold_are_explained(zoo, cat):
+    gpu, shp = cat.by_id("l40s"), shape(zoo, "llama-3.1-8b")
+    run = {"mode": "train", "precision": "mixed", "batch": 7, "seq_len": 2048, "checkpointing": True, "gpus": 8}
+    e = estimate_performance(gpu, shp, RunConfig(**run, strategy="fsdp"))
+    assert e.scaling_efficiency > 1.0
+    assert any(n.startswith("scaling above 100%: under fsdp each GPU runs the optimizer step on 1/8") for n in e.notes)
+    assert any("hypothetical run" in n and "l40s has 48.00 GiB" in n for n in e.notes)
+    ddp = estimate_performance(cat.by_id("h100-sxm5-80gb"), shape(zoo, "resnet50"),
+                               RunConfig(mode="train", precision="mixed", batch=64, gpus=8))
+    assert ddp.scaling_efficiency <= 1.0 and not any("hypothetical" in n or "above 100%" in n for n in ddp.notes)

@@ -150,6 +150,17 @@ class Parallelism(BaseModel):
         return self.zero_ranks > 1 and self.zero_stage >= 3
 
     @property
+    def optimizer_shards(self) -> int:
+        """The ranks ZeRO (every stage) and FSDP split the optimizer step and its state over."""
+        return self.zero_ranks if self.zero_stage >= 1 else 1
+
+    @property
+    def gathers_after_step(self) -> bool:
+        """ZeRO-1 and 2 all-gather the updated weights from their owners after the optimizer step,
+        when no backward is left to hide it behind (DeepSpeed stage_1_and_2.py, ``step``)."""
+        return self.zero_ranks > 1 and self.zero_stage in (1, 2)
+
+    @property
     def weight_shards(self) -> int:
         """The ranks ZeRO-3 and FSDP split each weight over (1 below stage 3)."""
         return self.zero_ranks if self.zero_stage >= 3 else 1

@@ -47,7 +47,7 @@ from gpusizer.domain.shape import ModelShape
 from gpusizer.errors import UsageError
 from gpusizer.hardware.catalog import Catalog, Gpu
 from gpusizer.hardware.systems import Systems
-from gpusizer.memory.estimate import default_seq_len
+from gpusizer.memory.estimate import default_seq_len, estimate_memory
 from gpusizer.performance.calibration import (
     PHYSICAL_BOUNDS,
     Calibration,
@@ -453,10 +453,9 @@ def _data_parallel(
         # apart, and with pipeline stages outermost it may stay inside a node
         ring_gpn, ring_nodes = group_span(par.zero_ranks, par.tp, at.gpus_per_node)
     link = collective_link(at.gpu, at.gpus_per_node, ring_nodes, links=links, topology=at.topology)
-    # ZeRO-3/FSDP gather the weights forward and backward and reduce-scatter the
-    # gradients: 3 x (N-1)/N x S against the all-reduce's 2 x (N-1)/N x S
-    volume = 1.5 if par.gathers_layers else 1.0
-    size = work.gradient_bytes * volume
+    # ZeRO-3/FSDP gather the weights forward and backward and reduce-scatter the gradients:
+    # (N-1)/N x (2 W + G), which the all-reduce's 2 (N-1)/N x S times with S = W + G / 2
+    size = work.gather_bytes + work.gradient_bytes / 2 if par.gathers_layers else work.gradient_bytes
     # DDP all-reduces 25 MB buckets; FSDP/ZeRO-3 wrapped per block (LLM Foundry, torchtitan) issues
     # three collectives per block: an all-gather forward and backward, a reduce-scatter backward
     calls = 3 * max(1, work.layers) if par.gathers_layers else max(1, math.ceil(size / DDP_BUCKET_BYTES))
@@ -468,10 +467,13 @@ def _data_parallel(
     # With gradient accumulation it runs once per grad_accumulation micro-batches.
     # Copies staged through host memory hide behind only part of it (link.overlap, data/interconnects.yaml).
     window = (base_step if par.gathers_layers else base_step * 2.0 / 3.0) * link.overlap
-    tail = t_ar * min(1.0, DDP_BUCKET_BYTES / size) if size > 0 else 0.0
+    # ZeRO-1/2: the gradients' reduce-scatter overlaps backward, the weights' all-gather (the other
+    # half of the volume) follows the optimizer step in full
+    after = t_ar / 2.0 if par.gathers_after_step else 0.0
+    tail = (t_ar - after) * min(1.0, DDP_BUCKET_BYTES / size) if size > 0 else 0.0
     return comm.model_copy(update={
         "comm_s": comm.comm_s + t_ar / grad_accumulation,
-        "exposed_s": comm.exposed_s + max(tail, t_ar - window) / grad_accumulation,
+        "exposed_s": comm.exposed_s + (max(tail, t_ar - after - window) + after) / grad_accumulation,
         "bytes": comm.bytes + 2.0 * (par.zero_ranks - 1) / par.zero_ranks * size,
         "link_label": link.label, "link_gb_s": link.bandwidth_gb_s, "transport": link.transport,
         "notes": (*comm.notes, *link.notes),
@@ -624,14 +626,38 @@ def _lone_throughput(gpu: Gpu, shape: ModelShape, cfg: RunConfig, precision: str
     """Throughput of ``cfg`` on one GPU holding the whole replica with the same batch: its
     compute step plus the offload it moves (a lone GPU has nothing else to communicate). Model
     parallelism becomes plain data parallelism; a ZeRO strategy on one GPU keeps DeepSpeed's layout."""
-    model_parallel = cfg.tp is not None or max(cfg.pp, cfg.cp, cfg.ep) > 1 or within_node(cfg.strategy)
-    single_cfg = cfg.model_copy(update={"gpus": 1, "tp": None, "pp": 1, "cp": 1, "ep": 1,
-                                        **({"strategy": "ddp"} if model_parallel else {})})
+    single_cfg = _lone_config(cfg)
     work = model_work(shape, single_cfg, precision, phase=phase, grad_accumulation=grad_accumulation)
     step = _step(work, gpu, precision, tf32, cal, cuda_graphs, attention_kernels).step_s
     if work.offload_bytes:
         step += _offload_time(_Comm(), work, gpu, links, topology_pcie).offload_s
     return work.samples_per_step / step
+
+
+def _lone_config(cfg: RunConfig) -> RunConfig:
+    """The run on one GPU holding the whole replica with the same batch (the speed-up's baseline)."""
+    model_parallel = cfg.tp is not None or max(cfg.pp, cfg.cp, cfg.ep) > 1 or within_node(cfg.strategy)
+    return cfg.model_copy(update={"gpus": 1, "tp": None, "pp": 1, "cp": 1, "ep": 1,
+                                  **({"strategy": "ddp"} if model_parallel else {})})
+
+
+def _baseline_notes(gpu: Gpu, shape: ModelShape, cfg: RunConfig, par: Parallelism, speedup: float,
+                    n_total: int) -> list[str]:
+    """What the speed-up is measured against, where it would otherwise read oddly: above N GPUs'
+    worth, or against a run one GPU cannot hold."""
+    notes: list[str] = []
+    if speedup > n_total and par.optimizer_shards > 1:
+        notes.append(f"scaling above 100%: under {cfg.strategy} each GPU runs the optimizer step on 1/{par.optimizer_shards} "
+                     "of the weights, which the one-GPU baseline updates whole; the communication it adds is hidden "
+                     "behind compute here, and what the model leaves out (stragglers, uneven layers) is not")
+    try:
+        needed = estimate_memory(shape, _lone_config(cfg)).total_bytes
+    except UsageError:
+        return notes  # a layout one GPU cannot take at all: the speed-up's own baseline says so
+    if needed > gpu.memory_bytes:
+        notes.append(f"the speed-up is against a hypothetical run: on one GPU this run needs "
+                     f"{format_bytes(needed)}, and {gpu.id} has {format_bytes(gpu.memory_bytes)}")
+    return notes
 
 
 def _check_counts(grad_accumulation: int, nodes: int) -> None:
@@ -690,6 +716,8 @@ def estimate_performance(
     speedup = 1.0 if n_total == 1 and max(par.tp, par.pp, par.cp) == 1 else throughput / _lone_throughput(
         gpu, shape, cfg, precision, tf32, cal, links, phase, grad_accumulation, cuda_graphs, attention_kernels,
         topo.pcie_generation)
+    if n_total > 1 or max(par.tp, par.pp, par.cp) > 1:
+        notes.extend(_baseline_notes(gpu, shape, cfg, par, speedup, n_total))
     bound = _bound(st, comm.exposed_s, notes)
     return PerfEstimate(
         throughput_per_s=throughput, throughput_unit=work.unit, step_time_s=step, compute_s=st.compute_s,

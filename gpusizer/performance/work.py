@@ -81,6 +81,10 @@ class Work(BaseModel):
     layers: int
     #: data-parallel gradient bytes to all-reduce per step (per GPU)
     gradient_bytes: float
+    #: the weights of a replica (of a tensor-parallel rank) in the dtype ZeRO-3/FSDP all-gathers them
+    #: each pass: the compute dtype (FSDP's param_dtype; DeepSpeed's 16-bit weights), a quantised
+    #: base in its packed form, frozen weights included
+    gather_bytes: float = 0.0
     #: forward passes a step (_Step.forward_passes): each makes the forward's collectives
     forward_passes: int = 1
     #: tensor-parallel: number of all-reduces per step and bytes each
@@ -388,22 +392,8 @@ def model_work(
     else:
         flow = _params_only_flow(shape, st)
     notes.extend(flow.notes)
-    opt = grads = 0.0
-    if cfg.training:
-        # the optimizer step reads and writes its partition's weights and state, and reads its gradients
-        zero = mem_cfg.sharding.optimizer / mem_cfg.sharding.activations
-        opt = (2.0 * read.weights_bytes + read.gradients_bytes) / zero + 2.0 * mem.optimizer_bytes
-        # PyTorch AMP (DDP, FSDP) all-reduces fp32 gradients and DeepSpeed ZeRO its 16-bit ones
-        # (cfg.storage); FP8 training (Transformer Engine with Megatron) reduces them in bf16
-        # (grad_reduce_in_fp32=False)
-        train = trainable(shape, cfg)
-        width = train.grad_bytes if train.adapters else spec.allreduce_grad_bytes or train.grad_bytes or 4
-        grads = train.params * (width or 4) / tp
-        m = shape.transformer
-        if cfg.ep > 1 and m is not None and not train.adapters:
-            # the routed experts' gradients are split over the ep ranks too
-            experts = min(routed_expert_params(m), train.params)
-            grads = ((train.params - experts) + experts / cfg.ep) * (width or 4) / tp
+    opt, grads, gather = (_training_traffic(shape, cfg, spec, mem_cfg, mem, read, tp) if cfg.training
+                          else (0.0, 0.0, 0.0))
     offload = _offload_traffic(shape, cfg, mem, tp)
     return Work(
         workload=wl, unit=flow.unit, samples_per_step=flow.samples, tokens_per_sample=flow.tokens,
@@ -412,12 +402,37 @@ def model_work(
         matmul_bytes=0.0 if ops else float(flow.weights_read),
         fused_attention=bool(flow.attention_flops) and cfg.flash_attention and wl != "llm-decode",
         activation_bytes=(sum(o.count * o.bytes for o in ops) if ops else _activation_traffic(shape, st, mem_cfg, flow)),
-        optimizer_bytes=opt, ops=ops,
+        optimizer_bytes=opt, ops=ops, gather_bytes=gather,
         layers=int(flow.layers), gradient_bytes=grads, forward_passes=st.forward_passes,
         tp_allreduces=flow.tp_allreduces,
         tp_allreduce_bytes=flow.tp_allreduce_bytes, grad_accumulation=grad_accumulation if cfg.training else 1,
         notes=tuple(notes), gemv=wl == "llm-decode" and cfg.batch <= GEMV_MAX_BATCH, offload_bytes=offload,
     )
+
+
+def _training_traffic(shape: ModelShape, cfg: RunConfig, spec: Precision, mem_cfg: RunConfig,
+                      mem: MemoryBreakdown, read: MemoryBreakdown, tp: int) -> tuple[float, float, float]:
+    """(optimizer step bytes, data-parallel gradient bytes, ZeRO-3/FSDP gathered weight bytes) of one
+    training step of one GPU."""
+    # the optimizer step reads and writes its partition's weights and state, and reads its gradients
+    zero = mem_cfg.sharding.optimizer / mem_cfg.sharding.activations
+    opt = (2.0 * read.weights_bytes + read.gradients_bytes) / zero + 2.0 * mem.optimizer_bytes
+    # PyTorch AMP (DDP, FSDP) all-reduces fp32 gradients and DeepSpeed ZeRO its 16-bit ones
+    # (cfg.storage); FP8 training (Transformer Engine with Megatron) reduces them in bf16
+    # (grad_reduce_in_fp32=False)
+    train = trainable(shape, cfg)
+    width = train.grad_bytes if train.adapters else spec.allreduce_grad_bytes or train.grad_bytes or 4
+    grads = train.params * (width or 4) / tp
+    # FSDP's MixedPrecision gathers in param_dtype, the compute dtype (torchtitan, Accelerate, LLM
+    # Foundry): 16-bit copies of fp32 master weights; stored 16-bit or packed weights as they are
+    store = mem_cfg.storage
+    gather = read.weights_bytes * min(1.0, store.activation_bytes / store.weight_bytes)
+    m = shape.transformer
+    if cfg.ep > 1 and m is not None and not train.adapters:
+        # the routed experts' gradients are split over the ep ranks too
+        experts = min(routed_expert_params(m), train.params)
+        grads = ((train.params - experts) + experts / cfg.ep) * (width or 4) / tp
+    return opt, grads, gather
 
 
 def _offload_traffic(shape: ModelShape, cfg: RunConfig, mem: MemoryBreakdown, tp: int) -> float:
