@@ -306,6 +306,7 @@ def test_plan_rows_give_hosts_price_kind_and_date_and_global_batch(cli, cli_json
                                                                              1024 * 7 * 2048)
     for c in plan["configurations"]:
         assert c["hosts"] == c["nodes"] and c["usd_per_hour_date"] == systems[c["system"]].price.date
+    assert any(n.startswith("the global batch grows with the GPUs") and "arXiv:1812.06162" in n for n in plan["notes"])
     text = cli(*args, env={"COLUMNS": "200"}).stdout
     assert "fsdp, global batch 14,680,064 tokens" in text and " priced" in text and "hosts" in text
     buy = cli(*("recommend", "--workload", "llm-train", "--model", "llama-3.1-8b", "--budget", "80000"),
@@ -314,3 +315,17 @@ def test_plan_rows_give_hosts_price_kind_and_date_and_global_batch(cli, cli_json
     assert head.split() == ["#", "configuration", "hosts", "GPUs", "tok/s", "eff.", "price", "priced"]
     assert "1  2 nodes x 8 x rtx-a6000      2    16  15,632   64%  $74,384  launch 2020" in buy
     assert "    2 of the 4 the budget buys: 4 give 4,934 tokens/s, no more than 2 do" in buy
+
+
+def test_a_serving_plan_buys_whole_replicas_and_says_what_it_left(cli_json_module):
+    """A serving plan lays replicas out in boxes of their own: $60,000 buys 30 RTX 5090s, but Llama 3.1 70B
+    takes TP=8 on 32 GB cards, so 3 replicas (24 GPUs) and the row says why not 30; 12 RTX A6000s as 3 x TP=4
+    are 2.3% faster than 8 as one TP=8 replica, a near-tie that goes to the 8 ($37,192 against $55,788)."""
+    rows = _rows(cli_json_module("recommend", "--workload", "llm-inference", "--model", "llama-3.1-70b", "--budget",
+                                 "60000", "--top", "10"))
+    r5090 = rows["rtx-5090"]
+    assert (r5090["gpus_total"], r5090["budget_buys_gpus"], r5090["replicas"]) == (24, 30, 3)
+    assert r5090["fewer_reason"] == "the other 6 would not make another whole replica"
+    a6000 = rows["rtx-a6000"]
+    assert (a6000["gpus_total"], a6000["budget_buys_gpus"], a6000["price_total_usd"]) == (8, 12, 37_192)
+    assert a6000["fewer_reason"].startswith("12 give 2.3% more (1,522 tokens/s) for $18,596 more: a near-tie")

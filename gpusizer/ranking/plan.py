@@ -80,9 +80,9 @@ def plan_purchase(
         if res.price is None or res.price.usd > budget:
             continue
         gpu = by_id[res.gpu_id].gpu
-        most = _most_bought(budget, res.price.usd, gpu)
+        most = _most_bought(budget, res.price.usd, gpu, serving)
         options: list[Configuration] = []
-        for n in _purchase_counts(most, _fewest(res, rules, single), gpu.on_baseboard):
+        for n in _purchase_counts(most, _fewest(res, rules, single), gpu.on_baseboard, linear=serving):
             for gpn, strategy, tp in _layouts(n, gpu, shape if serving else None):
                 considered += 1
                 cfg = _assess(by_id[res.gpu_id], rules, req, gpn, n // gpn, reference, pool, only=strategy, tp=tp)
@@ -120,11 +120,12 @@ _COUNTS_NOTE = (f"each GPU's count: the most throughput within the budget ({NODE
                 f"{NODE_GPUS}); within {NEAR_TIE - 1:.0%}, a near-tie, the cheaper (so between rows too)")
 
 
-def _most_bought(budget: float, usd: float, gpu: Gpu) -> int:
-    """The most of ``gpu`` that ``budget`` buys as a plan lays them out: whole nodes of eight past one
-    node (SXM and OAM modules on their boards of eight), up to :data:`MAX_NODES` nodes."""
+def _most_bought(budget: float, usd: float, gpu: Gpu, serving: bool = False) -> int:
+    """The most of ``gpu`` that ``budget`` buys as a plan lays them out, up to :data:`MAX_NODES` nodes:
+    SXM and OAM modules on their boards of eight; training, whole nodes of eight past one node
+    (serving: replicas in boxes of their own, _layouts)."""
     count = min(int(budget // usd), NODE_GPUS * MAX_NODES)
-    if count > NODE_GPUS or gpu.on_baseboard:
+    if (count > NODE_GPUS and not serving) or gpu.on_baseboard:
         count -= count % NODE_GPUS
     return count
 
@@ -137,13 +138,16 @@ def _fewest(res: GpuResult, rules: RuleSet, single: RecommendRequest) -> int | N
     return _sharded_need(res.fit, single, run_config(rules, single))[1]
 
 
-def _purchase_counts(most: int, fewest: int | None, baseboard: bool) -> list[int]:
+def _purchase_counts(most: int, fewest: int | None, baseboard: bool, linear: bool = False) -> list[int]:
     """The GPU counts a purchase plan assesses for one GPU, up to ``most`` and from ``fewest`` (fewer
     do not hold the model; None: none does): every count in one node (a board of eight for SXM and
     OAM modules), then whole nodes of eight: 2, 4, 8, ... nodes, the fewest that hold the model and
-    the most bought."""
+    the most bought. ``linear``: throughput grows with the replicas (serving, whose replicas exchange
+    nothing), so past one node only the most bought, as _layouts lays them out."""
     if fewest is None:
         return []
+    if linear and most > NODE_GPUS:
+        return [most] if fewest <= most else []
     one_node = [NODE_GPUS] if baseboard else list(range(1, min(most, NODE_GPUS) + 1))
     nodes = most // NODE_GPUS
     several = {k for k in (1 << i for i in range(1, MAX_NODES.bit_length())) if k < nodes}
@@ -160,8 +164,12 @@ def _best_count(options: Sequence[Configuration], most: int) -> Configuration:
     best = min((c for c in options if c.throughput_per_s * NEAR_TIE >= fastest),
                key=lambda c: (c.price_total_usd or 0.0, c.gpus_total, -c.throughput_per_s))
     more = [c for c in options if c.gpus_total > best.gpus_total]
-    if best.gpus_total >= most or not more:
+    if best.gpus_total >= most:
         return best.model_copy(update={"budget_buys_gpus": most})
+    if not more:  # (no layout of more GPUs holds the model: serving replicas are whole)
+        why = (f"the other {most - best.gpus_total:,} would not make another whole replica" if best.replicas
+               else "no layout of more GPUs runs")
+        return best.model_copy(update={"budget_buys_gpus": most, "fewer_reason": why})
     top = max(more, key=lambda c: (c.throughput_per_s, -c.gpus_total))
     unit = top.unit
     if top.throughput_per_s <= best.throughput_per_s:
@@ -368,12 +376,18 @@ def plan_cloud(
     configs.sort(key=key)
     closest = None if configs or not misses else min(misses, key=_MISS_ORDER[preq.objective])
     numbered = _numbered(configs, preq.top)
-    notes = ("on-demand list prices (dated: gpusizer systems list); no storage or egress",
+    notes = ("on-demand list prices (dated: gpusizer systems list); no storage or egress", _BATCH_NOTE,
              *_network_notes(numbered, priced, by_id, req))
     return Plan(objective=preq.objective, goal=_cloud_goal(preq), configurations=numbered,
                 considered=considered, met=len(configs),
                 notes=notes + upper_bound_notes(numbered) + _base_notes(base.notes), closest=closest,
                 shortfall=None if configs else _shortfall(preq.objective, closest))
+
+
+#: what a cloud plan's job time assumes of its global batch
+_BATCH_NOTE = ("the global batch grows with the GPUs (the batch per GPU timed, no gradient accumulation); the time "
+               "assumes the job's tokens reach the same loss at any batch, which past the critical batch size they "
+               "do not (McCandlish et al. 2018, arXiv:1812.06162; Merrill et al. 2025, arXiv:2505.23971)")
 
 
 def _network_notes(configs: Sequence[Configuration], systems: Sequence[System], gpus: dict[str, Gpu],
