@@ -84,7 +84,10 @@ def test_training_plans_keep_one_box_without_rdma(cli_json):
     doc = cli_json("recommend", "--workload", "cnn", "--budget", "60000", "--top", "20")
     configs = doc["results"]["plan"]["configurations"]
     assert configs and all(c["concurrency"] is None and c["replicas"] is None for c in configs)
-    assert "nodes need RDMA" in doc["results"]["plan"]["notes"][1]
+    assert all(c["nodes"] == 1 or c["transport"] == "rdma" for c in configs)
+    held = doc["results"]["plan"]["held_back"]
+    assert held and all(c["nodes"] > 1 and c["transport"] == "tcp" for c in held)
+    assert any(n.startswith("held to one node, having no GPUDirect RDMA") for n in doc["results"]["plan"]["notes"])
 
 
 def test_vllm_sizes_its_scheduler_by_the_gpu(cat):

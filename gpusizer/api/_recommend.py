@@ -115,7 +115,7 @@ def recommend(
     rec = _recommend(candidates, ruleset, req, reference=reference, pool=cat.gpus)
     _check_plan_inputs(preq, gpus, nodes, budget, system)
     if preq is not None:
-        rec = rec.model_copy(update={"plan": _plan(preq, candidates, ruleset, req, reference, cat, cache_dir)})
+        rec = _with_plan(rec, _plan(preq, candidates, ruleset, req, reference, cat, cache_dir))
     inputs = {
         **_inputs(req, rec, preq, probe is not None), "batch": batch, "seq_len": seq_len, "image_size": image_size,
         **_input_size(shape, reference, wl, seq_len, image_size),
@@ -123,6 +123,13 @@ def recommend(
         "rules_files": list(ruleset.files), "catalog_files": list(cat.files),
     }
     return RecommendResult(input=inputs, results=rec, notes=(*notes, *rec.notes), rules_files=ruleset.files)
+
+
+def _with_plan(rec: Recommendation, plan: Plan) -> Recommendation:
+    """The ranking with its plan, the why-not answers saying what the plan held back."""
+    from gpusizer.ranking.plan import held_back_reasons
+
+    return rec.model_copy(update={"plan": plan, "why_not": held_back_reasons(rec.why_not, plan)})
 
 
 def _buys(preq: PlanRequest | None) -> bool:

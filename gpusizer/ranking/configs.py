@@ -45,17 +45,31 @@ class Configuration(BaseModel):
     gpus_per_node: int
     nodes: int
     gpus_total: int
+    #: host machines the configuration needs (a purchase: its nodes; cloud: its instances); None: not counted
+    hosts: int | None = None
     strategy: str
     throughput_per_s: float
     unit: str
     #: tokens in one sample of a sequence model; None: not a sequence model
     tokens_per_sample: int | None = None
+    #: training: what one optimizer step takes in over all its replicas, in the unit's items (tokens
+    #: for tokens/s, else samples): the batch timed per replica times the replicas, no gradient
+    #: accumulation (Speed.per_step); None otherwise
+    global_batch: int | None = None
     scaling_efficiency: float | None = None
+    #: how gradients or activations cross GPUs or nodes (Speed.transport): rdma, tcp, nvlink, pcie or none
+    transport: str | None = None
     #: capex: the GPUs' price in all, and its basis (street or launch, with the date)
     price_total_usd: float | None = None
     price: Price | None = None
+    #: a purchase: the most of this GPU the budget buys as the plan lays them out (whole nodes of
+    #: eight past one node, SXM/OAM in boards of eight), and, when the plan bought fewer, why
+    budget_buys_gpus: int | None = None
+    fewer_reason: str | None = None
     #: cloud: the whole configuration's on-demand price per hour
     usd_per_hour: float | None = None
+    #: cloud: the month that on-demand price was read or published (YYYY-MM, data/systems.yaml)
+    usd_per_hour_date: str | None = None
     #: the job's wall time and cost (cloud), given tokens or samples
     hours: float | None = None
     cost_usd: float | None = None
@@ -94,3 +108,6 @@ class Plan(BaseModel):
     closest: Configuration | None = None
     #: when none meets the objective: that, and the closest miss, in words (None when some meet it)
     shortfall: str | None = None
+    #: a purchase for training: multi-node builds of GPUs without GPUDirect RDMA, which the plan keeps
+    #: to one node, where they are faster than that GPU's listed configuration (or it has none)
+    held_back: tuple[Configuration, ...] = ()

@@ -5,9 +5,11 @@ exactly what ``recommend --gpus N --nodes K`` and ``estimate`` say for it.
 
 Objectives:
 
-- ``budget``: capex. For each GPU that qualifies, as many as the budget buys at its street price (else
-  its launch price), up to ``max_gpus_per_node`` per node in whole nodes; ranked by predicted
-  throughput. GPU prices only: hosts and networking are not counted, and the notes say so.
+- ``budget``: capex. For each GPU that qualifies, the count within the budget (at its street price,
+  else its launch price; up to ``NODE_GPUS`` a node, in whole nodes past one; several nodes for
+  training only with GPUDirect RDMA) that gives the most throughput, a near-tie going to the
+  cheaper; ranked by predicted throughput, near-ties by price. GPU prices only: hosts and
+  networking are not counted, and the notes say so.
 - ``deadline``: cloud. For each priced cloud system whose GPU qualifies, the fewest nodes (1, 2, 4, ...)
   that train ``tokens`` or ``samples`` within the deadline; ranked by the job's cost.
 - ``max-cost``: cloud. The fastest node count whose job cost stays within the cap; ranked by time.
@@ -32,7 +34,17 @@ from gpusizer.memory.serving import LARGE_GPU_LIMITS, SMALL_GPU_LIMITS, group_ca
 from gpusizer.performance.planning import training_seconds
 from gpusizer.ranking.configs import Configuration, Plan, PlanRequest
 from gpusizer.ranking.rules import RuleSet
-from gpusizer.ranking.search import Candidate, GpuResult, RecommendRequest, input_seq_len, recommend, run_config
+from gpusizer.ranking.search import (
+    NEAR_TIE,
+    Candidate,
+    GpuResult,
+    RecommendRequest,
+    WhyNot,
+    _sharded_need,
+    input_seq_len,
+    recommend,
+    run_config,
+)
 from gpusizer.units import format_count, format_duration, plural
 
 if TYPE_CHECKING:
@@ -48,7 +60,8 @@ def plan_purchase(
     candidates: Sequence[Candidate], rules: RuleSet, req: RecommendRequest, preq: PlanRequest, *,
     reference: ModelShape | None = None, pool: Sequence[Gpu] | None = None,
 ) -> Plan:
-    """Capex: the count of each qualifying GPU the budget buys, ranked by predicted throughput."""
+    """Capex: for each qualifying GPU, the count within the budget that gives the most throughput
+    (:func:`_best_count`), ranked by predicted throughput (:func:`_by_speed`)."""
     budget = preq.budget_usd
     if budget is None:
         raise UsageError("a purchase plan needs a budget", field="budget_usd")
@@ -60,42 +73,166 @@ def plan_purchase(
     base = recommend(candidates, rules, single, reference=reference, pool=pool)
     by_id = {c.gpu.id: c for c in candidates}
     configs: list[Configuration] = []
+    slower: list[Configuration] = []
+    held: list[Configuration] = []
     considered = 0
     for res in _qualifying(base):
         if res.price is None or res.price.usd > budget:
             continue
         gpu = by_id[res.gpu_id].gpu
-        # several nodes only for GPUs that reach across nodes with GPUDirect RDMA (others stay in one
-        # box), or for serving, whose replicas exchange nothing
-        most = NODE_GPUS * (MAX_NODES if gpu.gpudirect_rdma or serving else 1)
-        count = min(int(budget // res.price.usd), most)
-        if gpu.on_baseboard:
-            # SXM and OAM modules are sold on baseboards of eight (HGX, OCP UBB)
-            count -= count % NODE_GPUS
-            if count == 0:
-                continue
-        # all the budget buys, and the largest power of two below it (tensor parallelism must divide the heads)
-        options = []
-        for n in dict.fromkeys((count, 1 << (count.bit_length() - 1))):
-            for gpn, strategy, tp in _layouts(n, gpu, req.shape or reference if serving else None):
+        most = _most_bought(budget, res.price.usd, gpu, serving)
+        options: list[Configuration] = []
+        for n in _purchase_counts(most, _fewest(res, rules, single), gpu.on_baseboard, linear=serving):
+            for gpn, strategy, tp in _layouts(n, gpu, shape if serving else None):
                 considered += 1
                 cfg = _assess(by_id[res.gpu_id], rules, req, gpn, n // gpn, reference, pool, only=strategy, tp=tp)
                 if cfg is not None:
                     options.append(cfg)
-        if options:
-            configs.append(max(options, key=lambda c: c.throughput_per_s))
-    configs.sort(key=lambda c: (-c.throughput_per_s, -c.score, c.gpu_id))
+        useful = [c for c in options if _speed_up(c) >= 1]
+        # training across nodes only with GPUDirect RDMA: others stay in one box, and a faster build of
+        # several is held back, named in the notes (serving replicas exchange nothing)
+        one_box = not (gpu.gpudirect_rdma or serving)
+        ranked = [c for c in useful if c.nodes == 1] if one_box else useful
+        if ranked:
+            configs.append(_best_count(ranked, min(most, NODE_GPUS) if one_box else most))
+        elif options and not useful:
+            slower.append(max(options, key=_speed_up))
+        several = [c for c in useful if c.nodes > 1] if one_box else []
+        if several and (not ranked or max(c.throughput_per_s for c in several) > configs[-1].throughput_per_s):
+            held.append(_best_count(several, most))
+    configs = _by_speed(configs)
     closest = None if configs else _cheapest_purchase(candidates, by_id, rules, single, reference, pool)
     first = configs[0] if configs else closest
     unit = first.unit if first is not None else "throughput"
-    buys = f"as many as the budget buys, {NODE_GPUS} a node (SXM/OAM: boards of {NODE_GPUS})"
-    notes = (GPU_PRICES_ONLY,
-             *((_serving_note(req, rules, req.shape or reference), buys) if serving else (f"{buys}; nodes need RDMA",)))
     numbered = _numbered(configs, preq.top)
+    # the held-back builds that would be listed: faster than the last row
+    held = [c for c in _by_speed(held) if not numbered or c.throughput_per_s > numbered[-1].throughput_per_s]
+    notes = (GPU_PRICES_ONLY, *((_serving_note(req, rules, shape),) if serving else ()), _COUNTS_NOTE,
+             *_held_note(held), *_slower_note(slower))
     return Plan(objective="budget", goal=f"the most {unit} {'served ' if serving else ''}for ${budget:,.0f} of GPUs",
                 configurations=numbered, considered=considered, met=len(configs),
                 notes=notes + upper_bound_notes(numbered) + _base_notes(base.notes), closest=closest,
-                shortfall=None if configs else _shortfall("budget", closest))
+                shortfall=None if configs else _shortfall("budget", closest), held_back=tuple(held))
+
+
+#: how a purchase plan chooses each GPU's count, in words
+_COUNTS_NOTE = (f"each GPU's count: the most throughput within the budget ({NODE_GPUS} a node, SXM/OAM by boards of "
+                f"{NODE_GPUS}); within {NEAR_TIE - 1:.0%}, a near-tie, the cheaper (so between rows too)")
+
+
+def _most_bought(budget: float, usd: float, gpu: Gpu, serving: bool = False) -> int:
+    """The most of ``gpu`` that ``budget`` buys as a plan lays them out, up to :data:`MAX_NODES` nodes:
+    SXM and OAM modules on their boards of eight; training, whole nodes of eight past one node
+    (serving: replicas in boxes of their own, _layouts)."""
+    count = min(int(budget // usd), NODE_GPUS * MAX_NODES)
+    if (count > NODE_GPUS and not serving) or gpu.on_baseboard:
+        count -= count % NODE_GPUS
+    return count
+
+
+def _fewest(res: GpuResult, rules: RuleSet, single: RecommendRequest) -> int | None:
+    """The fewest GPUs of ``res`` that hold the model (memory.fewest_gpus, sharded): 1 where one does;
+    None where no count does."""
+    if res.fit is None or res.fit.fits or single.shape is None:
+        return 1
+    return _sharded_need(res.fit, single, run_config(rules, single))[1]
+
+
+def _purchase_counts(most: int, fewest: int | None, baseboard: bool, linear: bool = False) -> list[int]:
+    """The GPU counts a purchase plan assesses for one GPU, up to ``most`` and from ``fewest`` (fewer
+    do not hold the model; None: none does): every count in one node (a board of eight for SXM and
+    OAM modules), then whole nodes of eight: 2, 4, 8, ... nodes, the fewest that hold the model and
+    the most bought. ``linear``: throughput grows with the replicas (serving, whose replicas exchange
+    nothing), so past one node only the most bought, as _layouts lays them out."""
+    if fewest is None:
+        return []
+    if linear and most > NODE_GPUS:
+        return [most] if fewest <= most else []
+    one_node = [NODE_GPUS] if baseboard else list(range(1, min(most, NODE_GPUS) + 1))
+    nodes = most // NODE_GPUS
+    several = {k for k in (1 << i for i in range(1, MAX_NODES.bit_length())) if k < nodes}
+    several |= {nodes, -(-fewest // NODE_GPUS)}
+    return [n for n in (*one_node, *(NODE_GPUS * k for k in sorted(several) if k > 1 and k <= nodes))
+            if fewest <= n <= most]
+
+
+def _best_count(options: Sequence[Configuration], most: int) -> Configuration:
+    """Of one GPU's configurations, the fastest; one within :data:`NEAR_TIE` of it is a near-tie, which
+    goes to the cheaper (then the fewer GPUs), so a count no faster than fewer GPUs is never bought.
+    Where that buys fewer than ``most``, the configuration says why."""
+    fastest = max(c.throughput_per_s for c in options)
+    best = min((c for c in options if c.throughput_per_s * NEAR_TIE >= fastest),
+               key=lambda c: (c.price_total_usd or 0.0, c.gpus_total, -c.throughput_per_s))
+    more = [c for c in options if c.gpus_total > best.gpus_total]
+    if best.gpus_total >= most:
+        return best.model_copy(update={"budget_buys_gpus": most})
+    if not more:  # (no layout of more GPUs holds the model: serving replicas are whole)
+        why = (f"the other {most - best.gpus_total:,} would not make another whole replica" if best.replicas
+               else "no layout of more GPUs runs")
+        return best.model_copy(update={"budget_buys_gpus": most, "fewer_reason": why})
+    top = max(more, key=lambda c: (c.throughput_per_s, -c.gpus_total))
+    unit = top.unit
+    if top.throughput_per_s <= best.throughput_per_s:
+        why = f"{top.gpus_total:,} give {top.throughput_per_s:,.0f} {unit}, no more than {best.gpus_total:,} do"
+    else:
+        extra = (top.price_total_usd or 0.0) - (best.price_total_usd or 0.0)
+        why = (f"{top.gpus_total:,} give {top.throughput_per_s / best.throughput_per_s - 1:.1%} more "
+               f"({top.throughput_per_s:,.0f} {unit}) for ${extra:,.0f} more: a near-tie, which goes to the cheaper")
+    return best.model_copy(update={"budget_buys_gpus": most, "fewer_reason": why})
+
+
+def _speed_up(c: Configuration) -> float:
+    """The configuration's speed over one of its GPUs (estimate's "N x the speed of 1 GPU"); N where unknown."""
+    return c.scaling_efficiency * c.gpus_total if c.scaling_efficiency is not None else float(c.gpus_total)
+
+
+def _slower_note(slower: Sequence[Configuration]) -> tuple[str, ...]:
+    """A note naming the GPUs left out because every count that holds the model runs slower than one GPU."""
+    if not slower:
+        return ()
+    left = ", ".join(f"{c.label} ({_speed_up(c):.2f}x)" for c in slower)
+    return (f"not bought, being slower than one of their GPUs (the speed-up over one GPU estimate gives is "
+            f"below 1 at every count that holds the model): {left}",)
+
+
+def _by_speed(configs: Sequence[Configuration]) -> list[Configuration]:
+    """Fastest first; configurations within :data:`NEAR_TIE` of the fastest of their group are a near-tie,
+    ordered by price (then speed, then score): a slower and dearer configuration never ranks above one
+    that dominates it."""
+    ordered = sorted(configs, key=lambda c: (-c.throughput_per_s, c.gpu_id))
+    out: list[Configuration] = []
+    while ordered:
+        head = ordered[0].throughput_per_s
+        group = [c for c in ordered if c.throughput_per_s * NEAR_TIE >= head]
+        ordered = ordered[len(group):]
+        out += sorted(group, key=lambda c: (c.price_total_usd if c.price_total_usd is not None else math.inf,
+                                            -c.throughput_per_s, -c.score, c.gpu_id))
+    return out
+
+
+#: the held-back builds a note names (the plan's JSON lists every one)
+HELD_NAMED = 3
+
+
+def _held_note(held: Sequence[Configuration]) -> tuple[str, ...]:
+    """A note naming the fastest of the multi-node builds held back (GPUs without GPUDirect RDMA,
+    which a training plan keeps in one node) that would be listed."""
+    if not held:
+        return ()
+    builds = ", ".join(f"{c.label} ({c.throughput_per_s:,.0f} {c.unit}, ${c.price_total_usd or 0:,.0f})"
+                       for c in held[:HELD_NAMED]) + (f" and {len(held) - HELD_NAMED} more" if len(held) > HELD_NAMED else "")
+    return (f"held to one node, having no GPUDirect RDMA: across nodes over TCP no measurement checks the model, which "
+            f"rates GeForce scaling in one node above Lambda's (benchmarks/scaling_check.py), and hosts are not "
+            f"priced; faster so: {builds}",)
+
+
+def held_back_reasons(why_not: Sequence[WhyNot], plan: Plan) -> tuple[WhyNot, ...]:
+    """The why-not answers, each GPU the plan kept to one node (Plan.held_back) saying so."""
+    held = {c.gpu_id: c for c in plan.held_back}
+    return tuple(w if w.gpu_id not in held else w.model_copy(update={"reasons": (*w.reasons, (
+        f"the plan keeps it to one node, having no GPUDirect RDMA; as {held[w.gpu_id].label} it would give "
+        f"{held[w.gpu_id].throughput_per_s:,.0f} {held[w.gpu_id].unit} for ${held[w.gpu_id].price_total_usd or 0:,.0f}, "
+        "over TCP"))}) for w in why_not)
 
 
 def plan_serving(
@@ -238,12 +375,43 @@ def plan_cloud(
         lambda c: (c.hours if c.hours is not None else -c.throughput_per_s, c.cost_usd or math.inf))
     configs.sort(key=key)
     closest = None if configs or not misses else min(misses, key=_MISS_ORDER[preq.objective])
-    notes = ("on-demand list prices (dated: gpusizer systems list); no storage or egress",)
     numbered = _numbered(configs, preq.top)
+    notes = ("on-demand list prices (dated: gpusizer systems list); no storage or egress", _BATCH_NOTE,
+             *_network_notes(numbered, priced, by_id, req))
     return Plan(objective=preq.objective, goal=_cloud_goal(preq), configurations=numbered,
                 considered=considered, met=len(configs),
                 notes=notes + upper_bound_notes(numbered) + _base_notes(base.notes), closest=closest,
                 shortfall=None if configs else _shortfall(preq.objective, closest))
+
+
+#: what a cloud plan's job time assumes of its global batch
+_BATCH_NOTE = ("the global batch grows with the GPUs (the batch per GPU timed, no gradient accumulation); the time "
+               "assumes the job's tokens reach the same loss at any batch, which past the critical batch size they "
+               "do not (McCandlish et al. 2018, arXiv:1812.06162; Merrill et al. 2025, arXiv:2505.23971)")
+
+
+def _network_notes(configs: Sequence[Configuration], systems: Sequence[System], gpus: dict[str, Gpu],
+                   req: RecommendRequest) -> tuple[str, ...]:
+    """For the listed multi-node configurations of systems whose network data/systems.yaml does not
+    publish, the network they are timed on (as estimate assumes it, and says)."""
+    from gpusizer.performance.calibration import load_interconnects
+    from gpusizer.performance.topology import network_for, node_topology
+
+    data = req.perf_data
+    links = data.get("interconnects") or load_interconnects()
+    by_id = {s.id: s for s in systems}
+    assumed: dict[tuple[str, str], list[str]] = {}
+    for sid in dict.fromkeys(c.system for c in configs if c.nodes > 1 and c.system is not None):
+        system = by_id[sid]
+        network, _, why = network_for(system.nics, links)
+        if network is None:
+            topo = node_topology(gpus[system.gpu], system.gpus, 2, system=system, links=links,
+                                 systems=data.get("systems"), catalog=data.get("catalog"))
+            assumed.setdefault((str(why).removeprefix("the system's "), f"{topo.nics_per_node} x {topo.network}"),
+                               []).append(sid)
+    return tuple(f"{', '.join(ids)}: {why}, so several nodes are timed as joined by {net} per node, the defaults "
+                 "for the GPU, as estimate assumes; separately rented on-demand instances are not in general "
+                 "joined by such a fabric" for (why, net), ids in assumed.items())
 
 
 # --------------------------------------------------------------------------
@@ -295,7 +463,8 @@ def _assess(
         except UsageError:
             continue  # a layout this strategy cannot take (tp that does not divide the heads)
         if rec.ranked:
-            return _config(rec.ranked[0], gpn, nodes, strategy, system, serving=req.serving_concurrency, tp=tp)
+            return _config(rec.ranked[0], gpn, nodes, strategy, system, serving=req.serving_concurrency, tp=tp,
+                           train=mode == "train")
     return None
 
 
@@ -311,7 +480,7 @@ def _serving_note(req: RecommendRequest, rules: RuleSet, shape: ModelShape | Non
 
 
 def _config(r: GpuResult, gpn: int, nodes: int, strategy: str, system: System | None,
-            serving: bool = False, tp: int | None = None) -> Configuration | None:
+            serving: bool = False, tp: int | None = None, train: bool = False) -> Configuration | None:
     speed = r.speed
     if speed is None or speed.throughput_per_s is None:
         return None
@@ -323,14 +492,16 @@ def _config(r: GpuResult, gpn: int, nodes: int, strategy: str, system: System | 
                                                       else f"{nodes} nodes x {gpn} x {r.gpu_id}")
     where += f" (TP={tp})" if tp else ""
     top = r.reasons[:2]
+    rented = system.price if system is not None and system.price and system.price.on_demand_usd_per_hour else None
     return Configuration(
         label=where, gpu_id=r.gpu_id, system=system.id if system else None, gpus_per_node=gpn, nodes=nodes,
-        gpus_total=total, strategy=strategy, throughput_per_s=speed.throughput_per_s, unit=speed.unit,
+        gpus_total=total, hosts=nodes, strategy=strategy, throughput_per_s=speed.throughput_per_s, unit=speed.unit,
         tokens_per_sample=speed.tokens_per_sample, scaling_efficiency=speed.scaling_efficiency,
+        global_batch=speed.per_step if train else None, transport=speed.transport,
         price_total_usd=r.price.usd * total if r.price is not None and system is None else None,
         price=r.price if system is None else None,
-        usd_per_hour=(system.price.on_demand_usd_per_hour * nodes
-                      if system is not None and system.price and system.price.on_demand_usd_per_hour else None),
+        usd_per_hour=rented.on_demand_usd_per_hour * nodes if rented and rented.on_demand_usd_per_hour else None,
+        usd_per_hour_date=rented.date if rented else None,
         score=r.score, reasons=tuple(c.message for c in top), reason_fields=tuple(c.field for c in top), advisories=tuple(a.message for a in r.advisories),
         upper_bound=speed.upper_bound,
         replicas=replicas if serving else None, concurrency=concurrency,

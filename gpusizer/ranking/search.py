@@ -225,6 +225,9 @@ class Speed(BaseModel):
     unit: str
     per_gpu_throughput_per_s: float | None = None
     batch: int | None = None
+    #: what one step takes in over all replicas, in the unit's items (tokens, images, sequences): a
+    #: training run's global batch (PerfEstimate.samples_per_step x its data-parallel replicas)
+    per_step: int | None = None
     bound: str | None = None
     scaling_efficiency: float | None = None
     error_band: float | None = None
@@ -825,19 +828,23 @@ def _failed_test(
 
 
 def _limit_flags(run: _Run, gpu: Gpu, power_total: int | None) -> list[Flag]:
-    """The budget and the power limit, for all the run's GPUs together."""
+    """The budget and the power limit, for all the run's GPUs together (where a plan chooses the counts,
+    SXM and OAM modules at a board of eight: they are sold no other way)."""
     req, total = run.req, run.req.total_gpus
     flags = []
     price = gpu.price
+    # a plan buys SXM and OAM modules by the board of eight, so its one-GPU ranking checks the board's price
+    board = NODE_GPUS if req.counts_chosen and gpu.on_baseboard else 1
     if req.budget_usd is not None:
         if price is None:
             flags.append(Flag(rule="budget", kind="budget", message=(
                 "price unknown, so the budget cannot be checked (add street_price_usd and street_price_date, or "
                 "launch_price_usd, in a user catalog file)")))
-        elif price.usd * total > req.budget_usd:
+        elif price.usd * max(total, board) > req.budget_usd:
+            sold = f"sold only on boards of {NODE_GPUS} (SXM/OAM): " if board > total else ""
             flags.append(Flag(rule="budget", kind="budget", message=(
-                f"{total} x ${price.usd:,.0f} ({price.label}) = ${price.usd * total:,.0f} is over the budget of "
-                f"${req.budget_usd:,.0f}")))
+                f"{sold}{max(total, board)} x ${price.usd:,.0f} ({price.label}) = ${price.usd * max(total, board):,.0f} "
+                f"is over the budget of ${req.budget_usd:,.0f}")))
     if req.max_power_w is not None:
         if power_total is None:
             flags.append(Flag(rule="max-power", kind="power",
@@ -1234,6 +1241,7 @@ def _speed(
     return Speed(
         method="performance-model", throughput_per_s=est.throughput_per_s, unit=est.throughput_unit,
         per_gpu_throughput_per_s=est.per_gpu_throughput_per_s, batch=batch, bound=est.bound,
+        per_step=round(est.throughput_per_s * est.step_time_s),
         scaling_efficiency=est.scaling_efficiency, error_band=est.error_band,
         transport=est.transport, tokens_per_sample=est.tokens_per_sample,
         upper_bound=est.upper_bound, upper_bound_reason=est.upper_bound_reason,

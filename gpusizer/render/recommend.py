@@ -311,36 +311,67 @@ def _hours_cell(hours: float | None) -> str:
     return format_duration(hours * 3600, short=True) if hours is not None else NA
 
 
-def plan_text(plan: Plan, configurations: Sequence[Configuration] | None = None) -> str:
+def plan_text(plan: Plan, configurations: Sequence[Configuration] | None = None, width: int | None = None) -> str:
     """The configurations, best first by the objective, with one line of reasons under each;
-    ``configurations``: these instead of the plan's (its closest miss, numbered "-")."""
-    cloud = plan.objective not in ("budget", "serve")  # (the cloud objectives rent; these two buy)
+    ``configurations``: these instead of the plan's (its closest miss, numbered "-"). ``width``: the
+    host count, then the price's kind and date, go where the table would not fit (the row's label
+    names its nodes), and the lines under each row wrap."""
     shown = plan.configurations if configurations is None else configurations
+    headers, rows, numeric, drop = _plan_rows(plan, shown)
+    kept, head, lines = columns(headers, rows, numeric, width, drop)
+    out = [head, "-" * len(head)]
+    for c, line in zip(shown, lines, strict=True):
+        out.append(line)
+        replicas = (f", {plural(c.replicas, 'replica')}, ITL {c.itl_s * 1000:,.0f} ms"
+                    if c.replicas is not None and c.concurrency is not None and c.itl_s is not None else "")
+        why = f"{c.strategy}{replicas}{_global_batch(c)}, score {c.score:.0f}/100" + (
+            f": {', '.join(c.reason_fields)}" if c.reason_fields else "")
+        under = [why]
+        if c.fewer_reason and c.budget_buys_gpus is not None:
+            under.append(f"{c.gpus_total:,} of the {c.budget_buys_gpus:,} the budget buys: {c.fewer_reason}")
+        if c.nodes > 1 and c.transport == "tcp":
+            under.append("! across nodes over TCP, staged through host memory (no GPUDirect RDMA)")
+        if c.upper_bound:
+            under.append("! throughput is an upper bound (decode without the per-SM cap)")
+        out += [wrap_note(u, width, lead="    " if not u.startswith("!") else "      ") if width
+                else ("    " if not u.startswith("!") else "      ") + u for u in under]
+    gone = [headers[i] for i in range(len(headers)) if i not in kept]
+    if gone:
+        out.append(wrap_note(f"{', '.join(gone)} (a wider terminal or --json shows them)", width or 200,
+                             lead=f"Left out at {width} columns: "))
+    return "\n".join(out)
+
+
+def _plan_rows(plan: Plan, shown: Sequence[Configuration]) -> tuple[list[str], list[list[str]], list[bool], list[int]]:
+    """The plan table's headers, cells and numeric flags, and the columns to drop first where it does
+    not fit: the hosts (the label names its nodes), then the price's kind and date."""
+    cloud = plan.objective not in ("budget", "serve")  # (the cloud objectives rent; these two buy)
     unit = next((UNIT_SHORT.get(c.unit, c.unit) for c in shown), "speed")
     # serving: replicas exchange nothing, so the sequences each decodes stand where scaling would
     serving = any(c.concurrency is not None for c in shown)
-    headers = ["#", "configuration", "GPUs", unit, "seqs" if serving else "eff.",
-               *(["$/h", "time", "cost"] if cloud else ["price"])]
-    numeric = [True, False, True, True, True, *([True] * (3 if cloud else 1))]
+    hosts = any(c.hosts is not None for c in shown)
+    headers = ["#", "configuration", *(["hosts"] if hosts else []), "GPUs", unit, "seqs" if serving else "eff.",
+               *(["$/h", "time", "cost"] if cloud else ["price"]), "priced"]
+    numeric = [True, False, *([True] if hosts else []), True, True, True, *([True] * (3 if cloud else 1)), False]
     rows = []
     for c in shown:
         money = ([fmt(c.usd_per_hour), _hours_cell(c.hours), f"${c.cost_usd:,.0f}" if c.cost_usd is not None else NA]
                  if cloud else [f"${c.price_total_usd:,.0f}" if c.price_total_usd is not None else NA])
         eff = (f"{c.concurrency:,}" if c.concurrency is not None else NA) if serving else (
             f"{c.scaling_efficiency:.0%}" if c.scaling_efficiency is not None else NA)
-        rows.append([str(c.rank or "-"), c.label, f"{c.gpus_total:,}", f"{c.throughput_per_s:,.0f}", eff, *money])
-    _, head, lines = columns(headers, rows, numeric, None)
-    out = [head, "-" * len(head)]
-    for c, line in zip(shown, lines, strict=True):
-        out.append(line)
-        replicas = (f", {plural(c.replicas, 'replica')}, ITL {c.itl_s * 1000:,.0f} ms"
-                    if c.replicas is not None and c.concurrency is not None and c.itl_s is not None else "")
-        why = f"{c.strategy}{replicas}, score {c.score:.0f}/100" + (
-            f": {', '.join(c.reason_fields)}" if c.reason_fields else "")
-        out.append("    " + why)
-        if c.upper_bound:
-            out.append("      ! throughput is an upper bound (decode without the per-SM cap)")
-    return "\n".join(out)
+        # (a cloud price is always on-demand, as the notes say)
+        priced = f"{c.price.basis} {c.price.when}" if c.price is not None else c.usd_per_hour_date or NA
+        rows.append([str(c.rank or "-"), c.label, *([f"{c.hosts:,}" if c.hosts is not None else NA] if hosts else []),
+                     f"{c.gpus_total:,}", f"{c.throughput_per_s:,.0f}", eff, *money, priced])
+    drop = [*([2] if hosts else []), len(headers) - 1]
+    return headers, rows, numeric, drop
+
+
+def _global_batch(c: Configuration) -> str:
+    """A training configuration's samples (and tokens) per optimizer step, in words; "" where none."""
+    if c.global_batch is None:
+        return ""
+    return f", global batch {c.global_batch:,} {c.unit.removesuffix('/s')}"
 
 
 def verdict(rec: Recommendation) -> str:
@@ -402,12 +433,21 @@ def recommend_renderables(
                   else "none is within it to assess")
         parts.append(Text(f"Configurations for {plan.goal} ({counts})", style="bold"))
         if plan.configurations:
-            parts.append(Text(plan_text(plan), no_wrap=True, overflow="ignore"))
+            parts.append(Text(plan_text(plan, width=width), no_wrap=True, overflow="ignore"))
         elif plan.closest is not None:
-            parts += [Text("The nearest miss:"), Text(plan_text(plan, [plan.closest]), no_wrap=True, overflow="ignore")]
+            parts += [Text("The nearest miss:"),
+                      Text(plan_text(plan, [plan.closest], width=width), no_wrap=True, overflow="ignore")]
         else:
             parts.append(Text("None meets the objective."))
-        parts += [Text(f"  {note}") for note in plan.notes[:2]]
+        # the plan's own notes (those of the ranking print with it)
+        own = [note for note in plan.notes if note not in rec.notes]
+        parts += [Text(wrap_note(note, width, lead="  ") if width else f"  {note}") for note in own]
+        if plan.held_back:
+            from gpusizer.ranking.plan import HELD_NAMED
+
+            sizes = ", ".join(f"--gpus {c.gpus_per_node} --nodes {c.nodes} ({c.gpu_id})" for c in plan.held_back[:HELD_NAMED])
+            line = f"to rank such builds with the others, add {sizes}"
+            parts.append(Text(wrap_note(line, width, lead="  ") if width else f"  {line}"))
         parts.append(Text(""))
     if rec.ranked:
         title = f"Top {len(rec.ranked)} of {rec.qualified} qualifying GPUs, by {rec.sort}"
