@@ -24,7 +24,7 @@ from gpusizer.errors import DataFileError, NothingFitsError, UsageError
 from gpusizer.hardware.catalog import Catalog
 from gpusizer.hardware.systems import System
 from gpusizer.hardware.vendors import DEFAULT_VENDOR
-from gpusizer.ranking.configs import Plan, PlanRequest
+from gpusizer.ranking.configs import PlanRequest
 from gpusizer.ranking.rules import RuleSet, Workload
 from gpusizer.ranking.search import MAX_BUDGET_USD, Candidate, Recommendation, RecommendRequest
 
@@ -72,8 +72,8 @@ def recommend(
     (and ``max_itl_ms``) size a serving deployment per GPU instead (ranking.plan.plan_serving).
     ``system`` assesses one node type: its GPU, at its count (unless ``gpus``), on its fabric and NICs.
     ``settings`` are further :class:`RunConfig` fields, as ``fit_model`` takes them (``checkpointing``,
-    ``adapter``, ``offload``, ...), for the memory fit and the speed. ``why_not`` names GPUs to
-    explain (``results.why_not``): their exclusions, or how they compare with the first.
+    ``adapter``, ``offload``, ...), for the memory fit and the speed. ``why_not`` names GPUs to explain
+    (``results.why_not``): exclusions or comparison; with ``users``, each one's place in the plan.
 
     >>> r = recommend("hpc", require=["ecc"], top=3)
     >>> len(r.results.ranked)
@@ -115,7 +115,7 @@ def recommend(
     rec = _recommend(candidates, ruleset, req, reference=reference, pool=cat.gpus)
     _check_plan_inputs(preq, gpus, nodes, budget, system)
     if preq is not None:
-        rec = rec.model_copy(update={"plan": _plan(preq, candidates, ruleset, req, reference, cat, cache_dir)})
+        rec = rec.model_copy(update=_plan(preq, candidates, ruleset, req, reference, cat, cache_dir))
     inputs = {
         **_inputs(req, rec, preq, probe is not None), "batch": batch, "seq_len": seq_len, "image_size": image_size,
         **_input_size(shape, reference, wl, seq_len, image_size),
@@ -198,19 +198,20 @@ def _reference(ruleset: RuleSet, wl: Workload, cache_dir: Path | None) -> ModelS
 def _plan(
     preq: PlanRequest, candidates: Sequence[Candidate], ruleset: RuleSet, req: RecommendRequest,
     reference: ModelShape | None, cat: Catalog, cache_dir: Path | None,
-) -> Plan:
-    from gpusizer.ranking.plan import plan_cloud, plan_purchase
+) -> dict[str, Any]:
+    """The recommendation's plan; a serving plan's also explains the GPUs asked about (``why_not``)
+    by the deployments it sized, not by the one-GPU ranking."""
+    from gpusizer.ranking.plan import plan_cloud, plan_purchase, plan_serving
 
     if preq.objective == "budget":
-        return plan_purchase(candidates, ruleset, req, preq, reference=reference, pool=cat.gpus)
+        return {"plan": plan_purchase(candidates, ruleset, req, preq, reference=reference, pool=cat.gpus)}
     if preq.objective == "serve":
-        from gpusizer.ranking.plan import plan_serving
-
-        return plan_serving(candidates, ruleset, req, preq, pool=cat.gpus)
+        plan, why = plan_serving(candidates, ruleset, req, preq, pool=cat.gpus)
+        return {"plan": plan, "why_not": why}
     from gpusizer.hardware.systems import load_systems
 
-    return plan_cloud(load_systems(cache_dir=cache_dir).systems, cat.gpus, ruleset, req, preq, reference=reference,
-                      pool=cat.gpus)
+    return {"plan": plan_cloud(load_systems(cache_dir=cache_dir).systems, cat.gpus, ruleset, req, preq,
+                               reference=reference, pool=cat.gpus)}
 
 
 def _check_plan_inputs(preq: PlanRequest | None, gpus: int | None, nodes: int, budget: float | None,

@@ -117,7 +117,9 @@ RecItlOpt = Annotated[float | None, typer.Option(
     "--max-itl-ms", **real(0.001, 1e6), metavar="MS", rich_help_panel=CONSTRAINTS,
     help="With --users: the inter-token latency each user may see, in ms.")]
 WhyNotOpt = Annotated[list[str] | None, typer.Option(
-    "--why-not", metavar="GPU", rich_help_panel=OUTPUT, autocompletion=complete_gpu, help="Say why this GPU is not first: its exclusions, or how it compares (repeatable).")]
+    "--why-not", metavar="GPU", rich_help_panel=OUTPUT, autocompletion=complete_gpu, help="Say why this GPU is not first: its exclusions, or how it compares (repeatable). "
+                                                                 "With --users: where the serving plan places its "
+                                                                 "deployment, or why it has none.")]
 ShowExcludedOpt = Annotated[bool, typer.Option("--show-excluded", rich_help_panel=OUTPUT, help="List excluded GPUs and why.")]
 LocalOpt = Annotated[bool, typer.Option("--local", rich_help_panel=HARDWARE, help="Rank this machine's GPUs (NVML), with their free memory.")]
 

@@ -179,5 +179,16 @@ def fewest_gpus_within_latency(
     return best
 
 
-__all__ = ["LatencyDeployment", "ServingSpeed", "concurrency_for_latency", "fewest_gpus_within_latency",
-           "serving_speed"]
+def fastest_decode(
+    gpu: Gpu, shape: ModelShape, cfg: RunConfig, held: Mapping[int, int], *, context: int, **kwargs: Any,
+) -> tuple[int, ServingSpeed] | None:
+    """The lowest inter-token latency any tensor-parallel size in ``held`` reaches: one sequence of
+    ``context`` tokens on a group whose KV cache holds one, as (size, speed); None when none holds
+    one. What :func:`fewest_gpus_within_latency` needed to serve anyone, where it found nothing."""
+    speeds = [(tp, serving_speed(gpu, shape, cfg.model_copy(update=tensor_parallel(tp)), context=context,
+                                 prompt=context, concurrency=1, **kwargs)) for tp, most in sorted(held.items()) if most >= 1]
+    return min(speeds, key=lambda s: (s[1].itl_s, s[0]), default=None)
+
+
+__all__ = ["LatencyDeployment", "ServingSpeed", "concurrency_for_latency", "fastest_decode",
+           "fewest_gpus_within_latency", "serving_speed"]

@@ -7,6 +7,7 @@ their own lines under each row, which a rich Table cannot span.
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -427,5 +428,7 @@ def recommend_renderables(
         parts += [Text(""), Text(sharded_text(rec))]
     for w in rec.why_not:
         parts += [Text(""), Text(f"Why not {w.asked}?", style="bold")]
-        parts += [Text(f"  {reason}") for reason in w.reasons]
+        # (a reason wraps under its own first word, so each starts a line of its own)
+        parts += [Text(textwrap.fill(reason, width=max(width or 80, 40), initial_indent="  ", subsequent_indent="    ",
+                                     break_on_hyphens=False)) for reason in w.reasons]
     return parts

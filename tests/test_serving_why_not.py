@@ -1,0 +1,129 @@
+"""recommend --users N --why-not GPU explains the GPU by the serving plan that was run (ranking.plan.
+plan_serving), not by the one-GPU ranking: where its deployment is listed, or that it is over the
+budget or power cap, misses the latency target, cannot hold a sequence, or cannot be timed.
+
+Before, --why-not a100 with --users 32 said "excluded by memory-fit: needs 139.61 GiB per GPU" while
+the plan listed 16 x a100-sxm4-80gb sixth. Every figure here is checked against the plan itself,
+serve or estimate, so a change to the catalog's prices moves the expectations with it."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+USERS = ("recommend", "--workload", "llm-inference", "--model", "llama-3-70b", "--users", "32")
+
+
+@pytest.fixture(scope="module")
+def cat():
+    from gpusizer.api import load_catalog
+
+    return load_catalog()
+
+
+def _why(doc: dict, asked: str) -> dict:
+    return next(w for w in doc["results"]["why_not"] if w["asked"] == asked)
+
+
+def test_a_listed_deployment_below_the_top_says_its_place_and_figures(cli_json):
+    full = cli_json(*USERS, "--max-itl-ms", "30", "--top", "500")["results"]["plan"]["configurations"]
+    rank, config = next((c["rank"], c) for c in full if c["gpu_id"] == "a100-sxm4-80gb")
+    assert rank > 3  # (below the top 3 asked for next)
+    doc = cli_json(*USERS, "--max-itl-ms", "30", "--top", "3", "--why-not", "a100")
+    why = _why(doc, "a100")
+    assert why["gpu_id"] == "a100-sxm4-80gb" and why["rank"] == rank
+    assert why["configuration"]["label"] == config["label"]
+    assert why["configuration"]["price_total_usd"] == config["price_total_usd"]
+    assert why["configuration"]["itl_s"] == pytest.approx(config["itl_s"]) and config["itl_s"] <= 0.030
+    assert why["reasons"][0] == (
+        f"placed {rank} of {len(full)} deployments (cheapest first; the first 3 shown): {config['label']}, "
+        f"${config['price_total_usd']:,.0f}, ITL {config['itl_s'] * 1e3:.3g} ms, "
+        f"{config['throughput_per_s']:,.0f} tokens/s")
+    assert why["reasons"][1] == f"the first, {full[0]['label']}, costs ${full[0]['price_total_usd']:,.0f}"
+    # the one-GPU ranking's memory-fit exclusion is not the answer any more
+    assert not any("memory-fit" in r for r in why["reasons"])
+
+
+def test_the_first_deployment_is_listed_first_with_nothing_to_compare(cli_json):
+    doc = cli_json(*USERS, "--max-itl-ms", "30", "--top", "3")
+    first = doc["results"]["plan"]["configurations"][0]
+    doc = cli_json(*USERS, "--max-itl-ms", "30", "--top", "3", "--why-not", first["gpu_id"])
+    why = _why(doc, first["gpu_id"])
+    assert why["rank"] == 1 and len(why["reasons"]) == 1
+    assert why["reasons"][0].startswith(f"listed 1 of {doc['results']['plan']['met']} deployments (cheapest first): "
+                                        f"{first['label']}, ")
+
+
+def test_over_the_budget_and_the_power_cap_gives_both_figures(cli_json, cat):
+    # without caps the plan lists the a100's cheapest deployment; the caps drop it, with its figures
+    free = cli_json(*USERS, "--top", "500")["results"]["plan"]["configurations"]
+    config = next(c for c in free if c["gpu_id"] == "a100-sxm4-80gb")
+    price, gpus = config["price_total_usd"], config["gpus_total"]
+    power = cat.resolve("a100-sxm4-80gb").gpu.tdp_w * gpus
+    budget, cap = price - 1, power - 1
+    doc = cli_json(*USERS, "--budget", f"{budget:.0f}", "--max-power", f"{cap:.0f}", "--why-not", "a100")
+    why = _why(doc, "a100")
+    assert why["rank"] is None and why["configuration"]["label"] == config["label"]
+    assert why["configuration"]["price_total_usd"] == price
+    assert all(c["gpu_id"] != "a100-sxm4-80gb" for c in doc["results"]["plan"]["configurations"])
+    assert why["reasons"] == [
+        f"its cheapest deployment for the users, {config['label']}, costs ${price:,.0f}, over the ${budget:,.0f} "
+        f"budget, and draws {power:,.0f} W (TDP x {gpus}), over the {cap:,.0f} W power cap"]
+
+
+def test_an_unpriced_gpu_under_a_budget_says_so(cli_json, cat):
+    assert cat.resolve("l40s").gpu.street_price_usd is None and cat.resolve("l40s").gpu.launch_price_usd is None
+    why = _why(cli_json(*USERS, "--budget", "1000000", "--why-not", "l40s"), "l40s")
+    assert why["rank"] is None and why["configuration"]["price_total_usd"] is None
+    assert why["reasons"][0].endswith("has no known price, and the budget ($1,000,000) excludes the unpriced")
+
+
+def test_a_missed_latency_target_names_the_best_itl_it_reaches(cli_json):
+    doc = cli_json(*USERS, "--max-itl-ms", "30", "--why-not", "rtx-4090")
+    why = _why(doc, "rtx-4090")
+    assert why["rank"] is None and why["configuration"] is None
+    found = re.fullmatch(r"no layout meets the 30 ms ITL target: its fastest, one sequence on TP=(\d+), "
+                         r"decodes a token in ([\d.]+) ms", why["reasons"][0])
+    assert found, why["reasons"]
+    tp, itl_ms = int(found[1]), float(found[2])
+    # estimate's ITL for that layout at one sequence of the plan's 4,096 tokens
+    est = cli_json("estimate", "--model", "llama-3-70b", "--gpu", "rtx-4090", "--gpus", str(tp), "--strategy", "tp",
+                   "--inference", "--batch", "1", "--seq-len", "4096")
+    assert est["results"]["serving"]["itl_s"] * 1e3 == pytest.approx(itl_ms, rel=5e-3)
+    assert itl_ms > 30
+    # with the target just above it, the plan lists the GPU
+    looser = cli_json(*USERS, "--max-itl-ms", f"{itl_ms + 1:.1f}", "--top", "500", "--why-not", "rtx-4090")
+    assert _why(looser, "rtx-4090")["rank"] is not None
+
+
+def test_a_gpu_whose_kv_cache_holds_no_sequence_gives_serves_figures(cli_json):
+    served = cli_json("serve", "--model", "llama-3-70b", "--gpu", "t4", "--users", "32", "--tp", "8", code=4)
+    tried = served["results"]["rows"][0]["tried"][0]
+    assert tried["max_concurrency"] == 0
+    why = _why(cli_json(*USERS, "--why-not", "t4"), "t4")
+    assert why["rank"] is None
+    gib = tried["weights_bytes"] / 2**30
+    assert why["reasons"][0].startswith("its KV caches hold no sequence of 4,096 tokens in any layout up to TP=8: "
+                                        f"at TP=8 its weights take {gib:.2f} GiB of the "
+                                        f"{tried['budget_bytes'] / 2**30:.2f} GiB each GPU gives the engine (90%)")
+
+
+def test_unknown_speed_rule_exclusions_and_other_vendors(cli_json):
+    doc = cli_json(*USERS, "--vendor", "any", "--why-not", "gaudi2")
+    assert _why(doc, "gaudi2")["reasons"][0].startswith("not sized: its decode speed is unknown (gaudi2: ")
+    doc = cli_json(*USERS, "--require", "ecc", "--why-not", "rtx-3090", "--why-not", "mi300x")
+    # the rule that excluded it, and not the one-GPU memory fit, which the plan's layouts get past
+    assert [r.split(":")[0] for r in _why(doc, "rtx-3090")["reasons"]] == ["excluded by require-ecc"]
+    assert _why(doc, "mi300x")["reasons"][0].startswith("not considered: it is an AMD GPU")
+
+
+def test_the_text_explains_by_the_plan_within_80_columns(cli):
+    done = cli(*USERS, "--max-itl-ms", "30", "--top", "3", "--why-not", "a100", "--why-not", "rtx-4090",
+               env={"COLUMNS": "80"})
+    assert done.exit_code == 0
+    text = done.stdout[done.stdout.index("Why not a100?"):]
+    assert all(len(line) <= 80 for line in text.splitlines())
+    assert "\n  placed " in text and "memory-fit" not in text
+    assert "Why not rtx-4090?\n  no layout meets the 30 ms ITL target: its fastest, one sequence on TP=8,\n" \
+           "    decodes a token in " in text
