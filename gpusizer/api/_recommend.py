@@ -142,7 +142,7 @@ def _inputs(req: RecommendRequest, rec: Recommendation, preq: PlanRequest | None
     from gpusizer.domain.run import make_run_config
 
     run = make_run_config(**{**req.run_settings, "mode": rec.mode}).model_dump(mode="json", include={
-        "checkpointing", "adapter", "offload", "offload_to", "weight_format", "loss"})
+        "checkpointing", "adapter", "offload", "offload_to", "weight_format", "kv_cache", "loss"})
     shape = req.shape
     return {
         "workload": req.workload, "precision": rec.precision, "model": shape.name if shape else None,

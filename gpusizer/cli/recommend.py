@@ -41,6 +41,7 @@ from gpusizer.cli.options import (
 )
 from gpusizer.cli.root import command_app, guarded
 from gpusizer.cli.run_options import (
+    KvCacheOpt,
     OffloadOpt,
     OffloadToOpt,
     StrategyOptT,
@@ -152,6 +153,7 @@ def recommend_cmd(
     offload: OffloadOpt = "none",
     offload_to: OffloadToOpt = "cpu",
     weights: WeightsOpt = None,
+    kv_cache: KvCacheOpt = "auto",
     loss: cli.LossOpt = "full",
     gpus: RecGpusOpt = None,
     nodes: NodesOpt = 1,
@@ -196,7 +198,7 @@ def recommend_cmd(
         catalog=cli._load_catalog(catalog), cache_dir=cli._cache_dir(), vendor=vendor, deadline=deadline,
         max_cost=max_cost, budget_per_hour=budget_per_hour, tokens=tokens, epochs=epochs, dataset_size=dataset_size,
         system=system, checkpointing=checkpointing, adapter=cli.adapter_settings(lora, qlora, lora_targets, double_quant),
-        offload=offload, offload_to=offload_to, weight_format=weights, loss=loss, why_not=tuple(why_not or ()),
+        offload=offload, offload_to=offload_to, weight_format=weights, kv_cache=kv_cache, loss=loss, why_not=tuple(why_not or ()),
         users=users, max_itl_ms=max_itl_ms,
     )
     cli.write_report(ctx, report, result)

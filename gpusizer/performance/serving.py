@@ -18,8 +18,8 @@ from pydantic import BaseModel, ConfigDict
 from gpusizer.domain.parallelism import tensor_parallel
 from gpusizer.domain.run import RunConfig
 from gpusizer.domain.shape import ModelShape
-from gpusizer.errors import UsageError
 from gpusizer.hardware.catalog import Gpu
+from gpusizer.memory.serving import served_decoder
 from gpusizer.performance.estimate import estimate_performance
 from gpusizer.performance.work import GEMV_MAX_BATCH
 
@@ -61,8 +61,7 @@ def serving_speed(
     """ITL and tokens/s at ``concurrency`` sequences (per model replica) of ``context``
     cached tokens, and the TTFT of a ``prompt``-token prefill. The aggregate rate counts
     every replica. ``kwargs`` go to ``estimate_performance``."""
-    if shape.transformer is None or not shape.transformer.has_kv_cache:
-        raise UsageError("serving speed is for decoders: the model needs a decoder's shape", field="model")
+    served_decoder(shape)
     decode_cfg = cfg.model_copy(update={"mode": "inference", "batch": concurrency, "seq_len": context})
     decode = estimate_performance(gpu, shape, decode_cfg, phase="decode", **kwargs)
     prefill_cfg = cfg.model_copy(update={"mode": "inference", "batch": 1, "seq_len": prompt})

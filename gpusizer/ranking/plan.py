@@ -35,6 +35,7 @@ from gpusizer.memory.serving import (
     SMALL_GPU_LIMITS,
     ServingCapacity,
     group_capacities,
+    served_decoder,
     serving_context,
     tp_sizes,
 )
@@ -129,9 +130,13 @@ def plan_serving(
     drops deployments beyond it, or whose price or power is unknown. With the plan, for each GPU
     in ``req.why_not``, where the plan places it or why it has no place (:func:`_serving_why_not`)."""
     shape, wl = req.shape, rules.workload(req.workload)
-    if preq.users is None or wl.mode != "inference" or shape is None or not shape.generates:
-        raise UsageError("sizing a deployment for users needs an inference workload and a decoder model",
+    if preq.users is None or wl.mode != "inference":
+        raise UsageError(f"sizing a deployment for users needs an inference workload, not {wl.name!r} ({wl.mode})",
                          hint="e.g. the llm-inference workload with a model", field="users")
+    if shape is None:
+        raise UsageError("sizing a deployment for users needs the decoder served",
+                         hint="give a model by name, parameter count or HF config", field="model")
+    served_decoder(shape)
     if req.batch is not None:
         raise UsageError("sizing a deployment for users chooses each replica's batch: the users it shares",
                          hint="drop the batch", field="batch")

@@ -1,0 +1,55 @@
+"""One serving question asked three ways (serve, recommend --users, estimate) gets one answer,
+whatever the run's options; and a model that is not a decoder is refused with one message that
+names it, on every command that sizes serving."""
+
+from __future__ import annotations
+
+import pytest
+
+REC = ("recommend", "--workload", "llm-inference", "--model", "llama-3-70b", "--users", "32", "--top", "500")
+
+
+def _config(doc: dict, gpu_id: str) -> dict:
+    return next(c for c in doc["results"]["plan"]["configurations"] if c["gpu_id"] == gpu_id)
+
+
+def test_recommend_users_takes_an_fp8_kv_cache_as_serve_does(cli_json):
+    """recommend had no --kv-cache: an fp8 cache could be sized with serve but not ranked. l40s is
+    PCIe (no boards of eight), so both commands answer the same deployment."""
+    auto, fp8 = cli_json(*REC), cli_json(*REC, "--kv-cache", "fp8")
+    assert fp8["input"]["kv_cache"] == "fp8" and auto["input"]["kv_cache"] == "auto"
+    served = cli_json("serve", "--model", "llama-3-70b", "--users", "32", "--kv-cache", "fp8", "--gpu", "l40s")
+    row = served["results"]["rows"][0]
+    config = _config(fp8, "l40s")
+    assert (config["tp"], config["replicas"], config["concurrency"]) == (row["gpus"], row["replicas"],
+                                                                          row["concurrency"])
+    assert config["itl_s"] == pytest.approx(row["itl_s"], rel=1e-9)
+    # the halved cache needs fewer GPUs than the 16-bit one (8 x l40s at TP=8 with the default)
+    assert config["gpus_total"] < _config(auto, "l40s")["gpus_total"]
+    # and estimate times that replica at its share of the users the same
+    est = cli_json("estimate", "--model", "llama-3-70b", "--gpu", "l40s", "--gpus", str(config["tp"]),
+                   "--strategy", "tp", "--inference", "--batch", str(config["concurrency"]), "--seq-len", "4096",
+                   "--kv-cache", "fp8")
+    assert est["results"]["serving"]["itl_s"] == pytest.approx(config["itl_s"], rel=1e-9)
+
+
+@pytest.mark.parametrize("args", [
+    ("serve", "--model", "resnet50", "--users", "4"),
+    ("serve", "--model", "bert-base", "--users", "4", "--gpu", "h100"),
+    ("recommend", "--workload", "llm-inference", "--model", "resnet50", "--users", "4"),
+])
+def test_a_model_that_is_not_a_decoder_is_named(cli, args):
+    done = cli(*args)
+    assert done.exit_code == 2, done.stdout
+    name = {"resnet50": "ResNet-50", "bert-base": "BERT-Base (uncased)"}[args[args.index("--model") + 1]]
+    assert done.stderr.startswith(f"Error: --model: {name} is not a decoder (kind: "), done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_users_name_what_is_missing(cli):
+    done = cli("recommend", "--workload", "llm-train", "--model", "llama-3.1-8b", "--users", "4")
+    assert done.exit_code == 2
+    assert done.stderr.startswith("Error: --users: sizing a deployment for users needs an inference workload, "
+                                  "not 'llm-train' (train)")
+    done = cli("recommend", "--workload", "llm-inference", "--users", "4")
+    assert done.exit_code == 2 and done.stderr.startswith("Error: --model: ")
