@@ -53,3 +53,20 @@ def test_users_name_what_is_missing(cli):
                                   "not 'llm-train' (train)")
     done = cli("recommend", "--workload", "llm-inference", "--users", "4")
     assert done.exit_code == 2 and done.stderr.startswith("Error: --model: ")
+
+
+def test_a_serving_plan_suggests_no_gpu_count_it_would_refuse(cli):
+    """The one-GPU ranking under a --users plan excludes Llama 3 70B's GPUs by the memory fit, and
+    used to suggest rerunning with '--gpus 2 --strategy tp' (or 'Next, try: add --gpus 8'), which
+    --users refuses: the plan lays each GPU out itself."""
+    args = ("recommend", "--workload", "llm-inference", "--model", "llama-3-70b", "--users", "32")
+    done = cli(*args, env={"COLUMNS": "80"})
+    assert done.exit_code == 0
+    assert "--gpus" not in done.stdout and "Rerun with those options" not in done.stdout
+    assert "\nExcluded: " in done.stdout  # (the exclusions are still counted)
+    assert cli(*args, "--gpus", "2", "--strategy", "tp").exit_code == 2
+    # where nothing is listed, no 'Next, try' either: the plan says what it missed
+    done = cli("recommend", "--workload", "llm-inference", "--model", "deepseek-v3", "--users", "64", "--top", "3",
+               "--vendor", "nvidia", "--segment", "consumer", env={"COLUMNS": "80"})
+    assert done.exit_code == 4
+    assert "Next, try" not in done.stdout and "--gpus" not in done.stdout

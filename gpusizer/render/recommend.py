@@ -416,15 +416,18 @@ def recommend_renderables(
         parts += [Text(title, style="bold"), Text(text, no_wrap=True, overflow="ignore")]
     if show_excluded or explain:
         parts += [Text(""), Text(excluded_text(rec))]
-    elif rec.excluded:
-        summary = "Excluded" if rec.ranked else "Why"
+    # a plan that lists configurations is the answer: the one-GPU ranking's exclusions then say no "why";
+    # a serving plan lays out (shards) each GPU itself and refuses GPU counts, so it suggests none
+    planned = rec.plan is not None and (bool(rec.plan.configurations) or rec.plan.objective == "serve")
+    if not (show_excluded or explain) and rec.excluded:
+        summary = "Excluded" if rec.ranked or planned else "Why"
         parts += [Text("")] if str(parts[-1]) else []
         parts.append(Text(f"{summary}: {len(rec.excluded)} GPUs excluded, some for several reasons (--explain "
                           "lists each):"))
         parts += [Text(line) for line in exclusion_summary(rec, width)]
-    if not rec.ranked and next_steps(rec):
+    if not rec.ranked and not planned and next_steps(rec):
         parts += [Text(""), Text("Next, try:", style="bold"), *(Text(line) for line in next_steps(rec))]
-    elif rec.sharded_options:
+    elif rec.sharded_options and not (rec.plan is not None and rec.plan.objective == "serve"):
         parts += [Text(""), Text(sharded_text(rec))]
     for w in rec.why_not:
         parts += [Text(""), Text(f"Why not {w.asked}?", style="bold")]
