@@ -92,3 +92,22 @@ def test_serve_times_the_precision_named_as_estimate_and_recommend_do(cli_json, 
         config = _config(rec, "l40s")
         if (config["tp"], config["replicas"]) == (4, row["replicas"]):
             assert config["itl_s"] == pytest.approx(row["itl_s"], rel=1e-9)
+
+
+@pytest.mark.parametrize("command", [("serve",), ("recommend", "--workload", "llm-inference")])
+def test_a_parameter_count_alone_is_refused_for_serving_with_what_to_give(cli, command):
+    done = cli(*command, "--params", "1B", "--users", "4")
+    assert done.exit_code == 2
+    assert done.stderr.startswith("Error: --model: 1,000,000,000 parameters gives no layers, so no KV cache can be "
+                                  "sized"), done.stderr
+    assert "Hint: name a decoder from the zoo" in done.stderr
+
+
+def test_a_small_models_itl_keeps_a_decimal(cli_json, cli):
+    """GPT-2 decodes 4 sequences in about 2 ms: the plan's line said 'ITL 2 ms' for 2.3."""
+    doc = cli_json("recommend", "--workload", "llm-inference", "--model", "gpt2", "--users", "4", "--top", "1")
+    itl_ms = doc["results"]["plan"]["configurations"][0]["itl_s"] * 1e3
+    assert itl_ms < 10
+    done = cli("recommend", "--workload", "llm-inference", "--model", "gpt2", "--users", "4", "--top", "1",
+               env={"COLUMNS": "80"})
+    assert f", 1 replica, ITL {itl_ms:.1f} ms, score " in done.stdout

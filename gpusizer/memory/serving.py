@@ -89,6 +89,10 @@ def served_decoder(shape: ModelShape) -> TransformerShape:
     """The transformer a serving engine decodes from its KV cache: a decoder's (or an
     encoder-decoder's); any other model is a usage error that names it."""
     m = shape.transformer
+    if shape.arch is None:  # (a parameter count alone: no layers to size a KV cache from)
+        raise UsageError(f"{shape.name} gives no layers, so no KV cache can be sized: serving needs a decoder's "
+                         "shape", hint="name a decoder from the zoo (gpusizer models) or give its Hugging Face config",
+                         field="model")
     if m is None or not m.has_kv_cache:
         raise UsageError(f"{shape.name} is not a decoder (kind: {shape.kind}): serving sizes the KV cache a "
                          "decoder generates from", hint="name a decoder LLM, or size this model with fit-model or estimate",

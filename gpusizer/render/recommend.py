@@ -334,7 +334,7 @@ def plan_text(plan: Plan, configurations: Sequence[Configuration] | None = None)
     out = [head, "-" * len(head)]
     for c, line in zip(shown, lines, strict=True):
         out.append(line)
-        replicas = (f", {plural(c.replicas, 'replica')}, ITL {c.itl_s * 1000:,.0f} ms"
+        replicas = (f", {plural(c.replicas, 'replica')}, ITL {_itl_ms(c.itl_s)} ms"
                     if c.replicas is not None and c.concurrency is not None and c.itl_s is not None else "")
         why = f"{c.strategy}{replicas}, score {c.score:.0f}/100" + (
             f": {', '.join(c.reason_fields)}" if c.reason_fields else "")
@@ -435,3 +435,9 @@ def recommend_renderables(
         parts += [Text(textwrap.fill(reason, width=max(width or 80, 40), initial_indent="  ", subsequent_indent="    ",
                                      break_on_hyphens=False)) for reason in w.reasons]
     return parts
+
+
+def _itl_ms(seconds: float) -> str:
+    """An inter-token latency in ms: whole ms from 10, one decimal below (a small model's 1.7 ms)."""
+    ms = seconds * 1e3
+    return f"{ms:,.0f}" if ms >= 10 else f"{ms:.1f}"
