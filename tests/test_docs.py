@@ -191,9 +191,10 @@ def test_the_readme_examples_are_found():
 
 
 def _serving_examples() -> list[tuple[str, list[str]]]:
-    """docs/usage.md's serving examples: serve, and recommend for users."""
+    """docs/usage.md's serving examples: serve, and recommend for an inference workload."""
     usage = (DOCS / "usage.md").read_text()
-    return [(c, shown) for c, shown in _readme_examples(usage) if c.startswith("gpusizer serve ") or " --users " in c]
+    return [(c, shown) for c, shown in _readme_examples(usage)
+            if c.startswith("gpusizer serve ") or " --users " in c or " llm-inference " in c]
 
 
 def test_the_serving_examples_in_usage_are_found():

@@ -59,10 +59,9 @@ def recommend(
     """Rank GPUs for a workload (``cnn``, ``llm-train``, ``hpc``, ... or one from ``rules``),
     with every rule's contribution to each score.
 
-    ``budget`` is total US dollars and ``max_power`` total watts for ``gpus`` x
-    ``nodes`` GPUs; ``require`` names hard requirements (ecc, rdma, nvlink,
-    fp64); ``vendor`` (nvidia, amd, intel or any) picks whose GPUs are considered, NVIDIA only
-    by default. A model (by name, parameter count or HF config) adds the memory fit and the performance
+    ``budget`` is total US dollars and ``max_power`` total watts for ``gpus`` x ``nodes`` GPUs; ``require``
+    names hard requirements (ecc, rdma, nvlink, fp64); ``vendor`` (nvidia, amd, intel or any) picks whose
+    GPUs are considered, NVIDIA only by default. A model (by name, parameter count or HF config) adds the memory fit and the performance
     model's speed. ``probe`` (``gpusizer.hardware.nvml.read_host()`` reads one) ranks its GPUs instead.
 
     Whole configurations (``results.plan``, ranking.plan): a ``budget`` without ``gpus`` buys as
@@ -99,7 +98,8 @@ def recommend(
     preq = _serving_request(_plan_request(budget if gpus is None and probe is None else None, deadline, max_cost,
                                           budget_per_hour, tokens, epochs, dataset_size, top), users, max_itl_ms, budget, top)
     req = RecommendRequest(
-        workload=workload, precision=precision, shape=shape, batch=batch, seq_len=seq_len, image_size=image_size,
+        workload=workload, precision=precision, shape=shape, batch=batch, image_size=image_size,
+        seq_len=_serving_seq_len(preq, wl, shape, seq_len),
         flash_attention=flash_attention, optimizer=optimizer, strategy=_run_strategy(strategy, settings, wl.mode),
         gpus_per_node=gpus or 1, nodes=nodes, counts_chosen=preq is not None, serving_concurrency=_buys(preq),
         interconnect=interconnect, budget_usd=budget, max_power_w=max_power, require=tuple(require),
@@ -108,7 +108,7 @@ def recommend(
         why_not=tuple({cat.resolve(name).gpu.id: name for name in reversed(list(why_not))}.items())[::-1],
     )
     candidates, notes = _candidates(probe, cat)
-    notes += [n for n in (ckpt_note, shape and beyond_context_note(shape, seq_len)) if n]
+    notes += [n for n in (ckpt_note, shape and beyond_context_note(shape, req.seq_len)) if n]
     if sys_ is not None:
         candidates = tuple(c for c in candidates if c.gpu.id == sys_.gpu)
     reference = _reference(ruleset, wl, cache_dir) if shape is None else None
@@ -117,12 +117,24 @@ def recommend(
     if preq is not None:
         rec = rec.model_copy(update=_plan(preq, candidates, ruleset, req, reference, cat, cache_dir))
     inputs = {
-        **_inputs(req, rec, preq, probe is not None), "batch": batch, "seq_len": seq_len, "image_size": image_size,
-        **_input_size(shape, reference, wl, seq_len, image_size),
+        **_inputs(req, rec, preq, probe is not None), "batch": batch, "image_size": image_size,
+        **_input_size(shape, reference, wl, req.seq_len, image_size),
         "interconnect": interconnect, "max_cost_usd": max_cost, "budget_per_hour_usd": budget_per_hour,
         "rules_files": list(ruleset.files), "catalog_files": list(cat.files),
     }
     return RecommendResult(input=inputs, results=rec, notes=(*notes, *rec.notes), rules_files=ruleset.files)
+
+
+def _serving_seq_len(preq: PlanRequest | None, wl: Workload, shape: ModelShape | None, given: int | None) -> int | None:
+    """The context a plan that serves a decoder sizes (for users, or a purchase budget) unless one
+    is given: serve's (memory.serving.serving_context: 4,096 tokens, or the model's own where
+    shorter), so recommend and serve answer the same question alike; else the length given."""
+    from gpusizer.memory.serving import serving_context
+
+    if preq is None or preq.objective not in ("serve", "budget") or wl.mode != "inference" or shape is None \
+            or not shape.generates:
+        return given
+    return serving_context(shape, given)
 
 
 def _buys(preq: PlanRequest | None) -> bool:
