@@ -127,3 +127,21 @@ def test_the_text_explains_by_the_plan_within_80_columns(cli):
     assert "\n  placed " in text and "memory-fit" not in text
     assert "Why not rtx-4090?\n  no layout meets the 30 ms ITL target: its fastest, one sequence on TP=8,\n" \
            "    decodes a token in " in text
+
+
+def test_a_plan_for_a_million_users_fits_80_columns_with_every_number_whole(cli, cli_json):
+    """At 1,000,000 users the plan's rows ('84,216 x rtx-3060-12gb (10,527 x TP=8)  ...  $27,707,064')
+    ran past 80 columns; the label then drops its layout, which the line under it gives."""
+    args = ("recommend", "--workload", "llm-inference", "--model", "llama-3.1-8b", "--users", "1000000",
+            "--max-itl-ms", "50", "--top", "2")
+    first = cli_json(*args)["results"]["plan"]["configurations"][0]
+    done = cli(*args, env={"COLUMNS": "80"})
+    assert done.exit_code == 0
+    lines = done.stdout.splitlines()
+    assert all(len(line) <= 80 for line in lines), max(lines, key=len)
+    row = next(line for line in lines if line.startswith("1  "))
+    assert row.split() == ["1", f"{first['gpus_total']:,}", "x", first["gpu_id"], f"{first['gpus_total']:,}",
+                           f"{first['throughput_per_s']:,.0f}", f"{first['concurrency']:,}",
+                           f"${first['price_total_usd']:,.0f}"]
+    under = lines[lines.index(row) + 1]
+    assert under.startswith(f"    TP={first['tp']}, {first['replicas']:,} replicas, ITL ")

@@ -312,9 +312,11 @@ def _hours_cell(hours: float | None) -> str:
     return format_duration(hours * 3600, short=True) if hours is not None else NA
 
 
-def plan_text(plan: Plan, configurations: Sequence[Configuration] | None = None) -> str:
+def plan_text(plan: Plan, configurations: Sequence[Configuration] | None = None, width: int | None = None) -> str:
     """The configurations, best first by the objective, with one line of reasons under each;
-    ``configurations``: these instead of the plan's (its closest miss, numbered "-")."""
+    ``configurations``: these instead of the plan's (its closest miss, numbered "-"). ``width``: a
+    serving table wider than that drops each label's layout, "(10,527 x TP=8)", which the line
+    under it then gives ("TP=8, 10,527 replicas"); no number is cut."""
     cloud = plan.objective not in ("budget", "serve")  # (the cloud objectives rent; these two buy)
     shown = plan.configurations if configurations is None else configurations
     unit = next((UNIT_SHORT.get(c.unit, c.unit) for c in shown), "speed")
@@ -323,20 +325,31 @@ def plan_text(plan: Plan, configurations: Sequence[Configuration] | None = None)
     headers = ["#", "configuration", "GPUs", unit, "seqs" if serving else "eff.",
                *(["$/h", "time", "cost"] if cloud else ["price"])]
     numeric = [True, False, True, True, True, *([True] * (3 if cloud else 1))]
-    rows = []
-    for c in shown:
-        money = ([fmt(c.usd_per_hour), _hours_cell(c.hours), f"${c.cost_usd:,.0f}" if c.cost_usd is not None else NA]
-                 if cloud else [f"${c.price_total_usd:,.0f}" if c.price_total_usd is not None else NA])
-        eff = (f"{c.concurrency:,}" if c.concurrency is not None else NA) if serving else (
-            f"{c.scaling_efficiency:.0%}" if c.scaling_efficiency is not None else NA)
-        rows.append([str(c.rank or "-"), c.label, f"{c.gpus_total:,}", f"{c.throughput_per_s:,.0f}", eff, *money])
-    _, head, lines = columns(headers, rows, numeric, None)
+
+    def laid(short: bool) -> tuple[str, list[str]]:
+        rows = []
+        for c in shown:
+            money = ([fmt(c.usd_per_hour), _hours_cell(c.hours), f"${c.cost_usd:,.0f}" if c.cost_usd is not None
+                      else NA] if cloud else [f"${c.price_total_usd:,.0f}" if c.price_total_usd is not None else NA])
+            eff = (f"{c.concurrency:,}" if c.concurrency is not None else NA) if serving else (
+                f"{c.scaling_efficiency:.0%}" if c.scaling_efficiency is not None else NA)
+            label = c.label.split(" (")[0] if short else c.label
+            rows.append([str(c.rank or "-"), label, f"{c.gpus_total:,}", f"{c.throughput_per_s:,.0f}", eff, *money])
+        _, head, lines = columns(headers, rows, numeric, None)
+        return head, lines
+
+    head, lines = laid(False)
+    short = serving and width is not None and max(map(len, (head, *lines))) > width
+    if short:
+        head, lines = laid(True)
     out = [head, "-" * len(head)]
     for c, line in zip(shown, lines, strict=True):
         out.append(line)
         replicas = (f", {plural(c.replicas, 'replica')}, ITL {_itl_ms(c.itl_s)} ms"
                     if c.replicas is not None and c.concurrency is not None and c.itl_s is not None else "")
-        why = f"{c.strategy}{replicas}, score {c.score:.0f}/100" + (
+        how = f"TP={c.tp}" if short and c.tp is not None and c.tp > 1 else c.strategy
+        replicas += f", {c.spare_gpus:,} spare" if short and c.spare_gpus else ""
+        why = f"{how}{replicas}, score {c.score:.0f}/100" + (
             f": {', '.join(c.reason_fields)}" if c.reason_fields else "")
         out.append("    " + why)
         if c.upper_bound:
@@ -403,12 +416,13 @@ def recommend_renderables(
                   else "none is within it to assess")
         parts.append(Text(f"Configurations for {plan.goal} ({counts})", style="bold"))
         if plan.configurations:
-            parts.append(Text(plan_text(plan), no_wrap=True, overflow="ignore"))
+            parts.append(Text(plan_text(plan, width=width), no_wrap=True, overflow="ignore"))
         elif plan.closest is not None:
-            parts += [Text("The nearest miss:"), Text(plan_text(plan, [plan.closest]), no_wrap=True, overflow="ignore")]
+            parts += [Text("The nearest miss:"), Text(plan_text(plan, [plan.closest], width), no_wrap=True,
+                                                           overflow="ignore")]
         else:
             parts.append(Text("None meets the objective."))
-        parts += [Text(f"  {note}") for note in plan.notes[:2]]
+        parts += [Text(wrap_note(note, width, lead="  ") if width else f"  {note}") for note in plan.notes[:2]]
         parts.append(Text(""))
     if rec.ranked:
         title = f"Top {len(rec.ranked)} of {rec.qualified} qualifying GPUs, by {rec.sort}"
