@@ -145,3 +145,12 @@ def test_a_plan_for_a_million_users_fits_80_columns_with_every_number_whole(cli,
                            f"${first['price_total_usd']:,.0f}"]
     under = lines[lines.index(row) + 1]
     assert under.startswith(f"    TP={first['tp']}, {first['replicas']:,} replicas, ITL ")
+
+
+def test_a_deployment_timed_as_a_bound_says_so(cli_json):
+    doc = cli_json("recommend", "--workload", "llm-inference", "--model", "llama-3-70b", "--users", "1",
+                   "--top", "3", "--why-not", "gb200", "--why-not", "h100")
+    bound, timed = _why(doc, "gb200"), _why(doc, "h100")
+    assert bound["configuration"]["upper_bound"] is True and timed["configuration"]["upper_bound"] is False
+    assert bound["reasons"][1].startswith("its tokens/s is an upper bound and its ITL a lower bound")
+    assert not any("upper bound" in r for r in timed["reasons"])

@@ -261,6 +261,9 @@ def _placed(config: Configuration, configs: Sequence[Configuration], top: int) -
     shown = f"; the first {top} shown" if config.rank > top else ""
     reasons = [f"{'listed' if config.rank <= top else 'placed'} {config.rank} of {len(configs)} deployments "
                f"(cheapest first{shown}): {config.label}, {price}{itl}, {config.throughput_per_s:,.0f} tokens/s"]
+    if config.upper_bound:
+        reasons.append("its tokens/s is an upper bound and its ITL a lower bound: decode on it is timed without "
+                       "the per-SM cap calibrated on NVIDIA GPUs")
     first = configs[0]
     if first is not config and first.gpu_id != config.gpu_id:
         cost = f"${first.price_total_usd:,.0f}" if first.price_total_usd is not None else "an unknown price"
