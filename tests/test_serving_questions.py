@@ -111,3 +111,11 @@ def test_a_small_models_itl_keeps_a_decimal(cli_json, cli):
     done = cli("recommend", "--workload", "llm-inference", "--model", "gpt2", "--users", "4", "--top", "1",
                env={"COLUMNS": "80"})
     assert f", 1 replica, ITL {itl_ms:.1f} ms, score " in done.stdout
+
+
+def test_a_gpu_named_twice_is_one_row(cli_json):
+    """'h100' resolves to h100-sxm5-80gb: both names gave two identical rows and 'serves on 2 of 2 GPU types'."""
+    doc = cli_json("serve", "--model", "llama-3.1-8b", "--users", "5", "--gpu", "h100", "--gpu", "h100-sxm5-80gb",
+                   "--gpu", "l4")
+    assert [r["gpu_id"] for r in doc["results"]["rows"]] == ["h100-sxm5-80gb", "l4"]
+    assert doc["input"]["gpus_checked"] == ["h100-sxm5-80gb", "l4"]

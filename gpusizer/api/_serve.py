@@ -198,6 +198,8 @@ def serve(
     names = [gpu] if isinstance(gpu, str) else list(gpu or ())
     resolved = (cat.resolve_many(names) if names
                 else [cat.resolve(g.id) for g in cat.gpus if vendor_wanted(vendor, g)])
+    # one row per GPU type, however many of its names are given ("h100" and "h100-sxm5-80gb")
+    resolved = list({r.gpu.id: r for r in reversed(resolved)}.values())[::-1]
     notes = [*(r.note for r in resolved if r.note), *vendor_notes([r.gpu for r in resolved], speeds=False, verb="checked")]
     beyond = beyond_context_note(shape, context, "context")
     notes += [n for n in (ckpt_note, beyond, _window_note(shape, context)) if n]
