@@ -103,10 +103,15 @@ def test_a_gpu_whose_kv_cache_holds_no_sequence_gives_serves_figures(cli_json):
     assert tried["max_concurrency"] == 0
     why = _why(cli_json(*USERS, "--why-not", "t4"), "t4")
     assert why["rank"] is None
-    gib = tried["weights_bytes"] / 2**30
-    assert why["reasons"][0].startswith("its KV caches hold no sequence of 4,096 tokens in any layout up to TP=8: "
-                                        f"at TP=8 its weights take {gib:.2f} GiB of the "
-                                        f"{tried['budget_bytes'] / 2**30:.2f} GiB each GPU gives the engine (90%)")
+    weights, taken, budget = (tried[k] / 2**30 for k in ("weights_bytes", "budget_bytes", "budget_bytes"))
+    taken -= tried["kv_budget_bytes"] / 2**30
+    one = tried["blocks_per_sequence"] * tried["block_bytes"] / 2**20
+    assert taken > budget  # (serve's accounting: the weights and working memory overfill the engine's share)
+    assert why["reasons"] == [
+        "its KV caches hold no sequence of 4,096 tokens in any layout up to TP=8: at TP=8 its weights "
+        f"({weights:.2f} GiB) and the engine's working memory ({taken - weights:.2f} GiB) take {taken:.2f} GiB of "
+        f"the {budget:.2f} GiB each GPU gives the engine (90%), leaving nothing for the KV cache, where one "
+        f"sequence needs {one:.2f} MiB"]
 
 
 def test_unknown_speed_rule_exclusions_and_other_vendors(cli_json):

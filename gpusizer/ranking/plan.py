@@ -282,12 +282,13 @@ def _unserved(run: _ServingRun, gpu_id: str, caps: dict[int, ServingCapacity]) -
     if not any(c.max_running >= 1 for c in caps.values()):
         cap = caps[most]
         need = format_bytes(cap.blocks_per_sequence * cap.block_bytes)
-        left = (f"leaving {format_bytes(cap.kv_budget_bytes)} for the KV cache" if cap.kv_budget_bytes > 0
-                else "leaving nothing for the KV cache")
+        taken = cap.budget_bytes - cap.kv_budget_bytes
+        left = format_bytes(cap.kv_budget_bytes) if cap.kv_budget_bytes > 0 else "nothing"
         return (f"its KV caches hold no sequence of {context} in any layout up to TP={most}: at TP={most} its "
-                f"weights take {format_bytes(cap.weights_bytes)} of the {format_bytes(cap.budget_bytes)} each GPU "
-                f"gives the engine ({cap.utilization:.0%}), with working memory {left}; one sequence needs {need} "
-                "a GPU")
+                f"weights ({format_bytes(cap.weights_bytes)}) and the engine's working memory "
+                f"({format_bytes(taken - cap.weights_bytes)}) take {format_bytes(taken)} of the "
+                f"{format_bytes(cap.budget_bytes)} each GPU gives the engine ({cap.utilization:.0%}), leaving {left} "
+                f"for the KV cache, where one sequence needs {need}")
     gpu = run.by_id[gpu_id].gpu
     best = fastest_decode(gpu, run.shape, run.cfg, {t: c.max_running for t, c in caps.items()}, context=run.context,
                           compute_precision=run.base.precision, tf32=run.base.tf32, **run.req.perf_data)
