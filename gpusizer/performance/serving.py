@@ -42,7 +42,8 @@ class ServingSpeed(BaseModel):
     itl_s: float
     per_user_tokens_s: float
     aggregate_tokens_s: float
-    #: the latency target the concurrency was chosen for, if any
+    #: the latency target the concurrency was chosen for, if any (above ``itl_s`` where even one
+    #: sequence misses it: the figures are then at concurrency 1)
     max_itl_s: float | None = None
     #: with a latency target: what stopped the search, the target ("latency"), the sequences the
     #: GPU's memory holds ("memory") or the engine runs at once ("engine", vLLM's max_num_seqs);
