@@ -134,3 +134,12 @@ def test_estimate_keeps_a_missed_latency_target_in_its_json(cli_json, cli):
     served = cli_json("serve", "--model", "llama-3-70b", "--gpu", "rtx-4090", "--tp", "8", "--users", "1",
                       "--max-itl-ms", "30", code=4)
     assert served["results"]["rows"][0]["gpus"] is None
+
+
+def test_recommend_says_how_to_rank_4_bit_weights(cli):
+    """serve and estimate take --precision int4; recommend's rules do not, and now say what to give."""
+    done = cli("recommend", "--workload", "llm-inference", "--model", "llama-3-70b", "--users", "32",
+               "--precision", "int4")
+    assert done.exit_code == 2 and done.stderr.startswith("Error: --precision: precision 'int4' is not one of ")
+    assert "Hint: the rules are written for these; quantised weights are ranked as a weight" in done.stderr
+    assert "awq-int4-g128" in done.stderr

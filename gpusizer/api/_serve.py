@@ -157,6 +157,17 @@ def _latency_row(
                     itl_s=dep.speed.itl_s if dep else None, itl_lower_bound=dep.speed.upper_bound if dep else False)
 
 
+def _serving_run(shape: ModelShape, settings: dict[str, Any]) -> tuple[RunConfig, str, str | None]:
+    """The run served, the precision its decode is timed in and the checkpoint's note. As estimate:
+    the precision named (fp8 computes in FP8 and stores one-byte weights, as int8), else the
+    checkpoint's, else fp16 (a weight-only format computes in 16 bits)."""
+    ckpt, note = checkpoint_defaults(shape, "inference", given=_given_weights(settings))
+    given = settings.get("precision")
+    stored = {"precision": storage_precision(given, "inference")} if given else {}
+    cfg = _run(None, {**settings, **ckpt, **stored, "mode": "inference"})
+    return cfg, given or ckpt.get("precision") or default_precision("inference"), note
+
+
 def serve(
     model: str | ModelShape | None = None, *, context: int | None = None, users: int | None = None,
     gpu: str | Sequence[str] | None = None, tp: int | None = None, params: str | int | None = None,
@@ -186,13 +197,7 @@ def serve(
     """
     shape = resolve_model(model, params=params, hf_config=hf_config, cache_dir=cache_dir)
     context = serving_context(shape, context)
-    ckpt, ckpt_note = checkpoint_defaults(shape, "inference", given=_given_weights(settings))
-    # as estimate: the precision named (fp8 computes in FP8; it stores one-byte weights, as int8),
-    # else the checkpoint's, else fp16 (a weight-only format computes in 16 bits)
-    given = settings.get("precision")
-    compute = given or ckpt.get("precision") or default_precision("inference")
-    stored = {"precision": storage_precision(given, "inference")} if given else {}
-    cfg = _run(None, {**settings, **ckpt, **stored, "mode": "inference"})
+    cfg, compute, ckpt_note = _serving_run(shape, settings)
     vendor = check_vendor(vendor)
     cat = catalog or load_catalog(cache_dir=cache_dir)
     names = [gpu] if isinstance(gpu, str) else list(gpu or ())

@@ -35,6 +35,7 @@ from gpusizer.domain.parallelism import (
 )
 from gpusizer.domain.precision import (
     RULE_PRECISIONS,
+    WEIGHT_FORMATS,
     check_mode,
     default_precision,
     precision_spec,
@@ -561,7 +562,9 @@ def _check_request(req: RecommendRequest, rules: RuleSet) -> tuple[Workload, str
     adapted = req.run_settings.get("adapter") is not None and wl.mode == "train"
     precision = req.precision or (default_precision(wl.mode, adapters=True) if adapted else wl.precision)
     if precision not in RULE_PRECISIONS:
-        raise UsageError(f"precision {precision!r} is not one of {', '.join(RULE_PRECISIONS)}", field="precision")
+        raise UsageError(f"precision {precision!r} is not one of {', '.join(RULE_PRECISIONS)}", field="precision",
+                         hint=f"the rules are written for these; quantised weights are ranked as a weight format "
+                              f"over one of them ({', '.join(WEIGHT_FORMATS)})")
     if req.budget_usd is not None and not (0 < req.budget_usd <= MAX_BUDGET_USD):
         raise UsageError(f"the budget must be a positive number of US dollars up to {MAX_BUDGET_USD:,.0f}, "
                          f"not {req.budget_usd:g}", hint="the budget is the total for all GPUs, e.g. 10000",
