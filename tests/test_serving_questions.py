@@ -122,16 +122,16 @@ def test_a_gpu_named_twice_is_one_row(cli_json):
 
 
 def test_estimate_keeps_a_missed_latency_target_in_its_json(cli_json, cli):
-    """Even one sequence of Llama 3 70B on 8 RTX 4090s takes over 30 ms a token: the serving block
+    """Even one sequence of Llama 3 70B on 8 L4s takes over 30 ms a token: the serving block
     dropped the target (max_itl_s null), so only a note said it was missed."""
-    args = ("estimate", "--model", "llama-3-70b", "--gpu", "rtx-4090", "--gpus", "8", "--strategy", "tp",
+    args = ("estimate", "--model", "llama-3-70b", "--gpu", "l4", "--gpus", "8", "--strategy", "tp",
             "--inference", "--max-itl-ms", "30", "--seq-len", "4096")
     serving = cli_json(*args)["results"]["serving"]
     assert serving["concurrency"] == 1 and serving["max_itl_s"] == pytest.approx(0.030)
     assert serving["itl_s"] > serving["max_itl_s"]
     assert "Serving 1 sequence of 4,096 tokens (none within 30 ms a token)" in cli(*args, env={"COLUMNS": "80"}).stdout
     # serve says the same of the same layout, and has no deployment (exit 4)
-    served = cli_json("serve", "--model", "llama-3-70b", "--gpu", "rtx-4090", "--tp", "8", "--users", "1",
+    served = cli_json("serve", "--model", "llama-3-70b", "--gpu", "l4", "--tp", "8", "--users", "1",
                       "--max-itl-ms", "30", code=4)
     assert served["results"]["rows"][0]["gpus"] is None
 

@@ -28,20 +28,30 @@ def _why(doc: dict, asked: str) -> dict:
 
 def test_a_listed_deployment_below_the_top_says_its_place_and_figures(cli_json):
     full = cli_json(*USERS, "--max-itl-ms", "30", "--top", "500")["results"]["plan"]["configurations"]
-    rank, config = next((c["rank"], c) for c in full if c["gpu_id"] == "a100-sxm4-80gb")
-    assert rank > 3  # (below the top 3 asked for next)
-    doc = cli_json(*USERS, "--max-itl-ms", "30", "--top", "3", "--why-not", "a100")
-    why = _why(doc, "a100")
-    assert why["gpu_id"] == "a100-sxm4-80gb" and why["rank"] == rank
+    config = full[4]  # (the fifth deployment, below the top 3 asked for next, whatever GPU it is)
+    rank, gpu_id = config["rank"], config["gpu_id"]
+    doc = cli_json(*USERS, "--max-itl-ms", "30", "--top", "3", "--why-not", gpu_id)
+    why = _why(doc, gpu_id)
+    assert why["gpu_id"] == gpu_id and why["rank"] == rank == 5
     assert why["configuration"]["label"] == config["label"]
     assert why["configuration"]["price_total_usd"] == config["price_total_usd"]
     assert why["configuration"]["itl_s"] == pytest.approx(config["itl_s"]) and config["itl_s"] <= 0.030
+    itl_ms = config["itl_s"] * 1e3  # (under the 30 ms target: three significant figures)
     assert why["reasons"][0] == (
         f"placed {rank} of {len(full)} deployments (cheapest first; the first 3 shown): {config['label']}, "
-        f"${config['price_total_usd']:,.0f}, ITL {config['itl_s'] * 1e3:.3g} ms, "
-        f"{config['throughput_per_s']:,.0f} tokens/s")
-    assert why["reasons"][1] == f"the first, {full[0]['label']}, costs ${full[0]['price_total_usd']:,.0f}"
-    # the one-GPU ranking's memory-fit exclusion is not the answer any more
+        f"${config['price_total_usd']:,.0f}, ITL {itl_ms:.3g} ms, {config['throughput_per_s']:,.0f} tokens/s")
+    assert why["reasons"][-1] == f"the first, {full[0]['label']}, costs ${full[0]['price_total_usd']:,.0f}"
+
+
+def test_a_gpu_the_one_gpu_fit_excludes_is_explained_by_its_deployment(cli_json):
+    """Before, --why-not a100 with --users 32 said 'excluded by memory-fit: needs 139.61 GiB per GPU'
+    while the plan listed its deployment."""
+    doc = cli_json(*USERS, "--why-not", "a100", "--top", "500")
+    assert any(r["gpu_id"] == "a100-sxm4-80gb" and any(f["rule"] == "memory-fit" for f in r["excluded_by"])
+               for r in doc["results"]["excluded"])
+    why = _why(doc, "a100")
+    config = next(c for c in doc["results"]["plan"]["configurations"] if c["gpu_id"] == "a100-sxm4-80gb")
+    assert why["rank"] == config["rank"] and why["configuration"]["label"] == config["label"]
     assert not any("memory-fit" in r for r in why["reasons"])
 
 
@@ -80,21 +90,21 @@ def test_an_unpriced_gpu_under_a_budget_says_so(cli_json, cat):
 
 
 def test_a_missed_latency_target_names_the_best_itl_it_reaches(cli_json):
-    doc = cli_json(*USERS, "--max-itl-ms", "30", "--why-not", "rtx-4090")
-    why = _why(doc, "rtx-4090")
+    doc = cli_json(*USERS, "--max-itl-ms", "30", "--why-not", "l4")
+    why = _why(doc, "l4")
     assert why["rank"] is None and why["configuration"] is None
     found = re.fullmatch(r"no layout meets the 30 ms ITL target: its fastest, one sequence on TP=(\d+), "
                          r"decodes a token in ([\d.]+) ms", why["reasons"][0])
     assert found, why["reasons"]
     tp, itl_ms = int(found[1]), float(found[2])
     # estimate's ITL for that layout at one sequence of the plan's 4,096 tokens
-    est = cli_json("estimate", "--model", "llama-3-70b", "--gpu", "rtx-4090", "--gpus", str(tp), "--strategy", "tp",
+    est = cli_json("estimate", "--model", "llama-3-70b", "--gpu", "l4", "--gpus", str(tp), "--strategy", "tp",
                    "--inference", "--batch", "1", "--seq-len", "4096")
     assert est["results"]["serving"]["itl_s"] * 1e3 == pytest.approx(itl_ms, rel=5e-3)
     assert itl_ms > 30
     # with the target just above it, the plan lists the GPU
-    looser = cli_json(*USERS, "--max-itl-ms", f"{itl_ms + 1:.1f}", "--top", "500", "--why-not", "rtx-4090")
-    assert _why(looser, "rtx-4090")["rank"] is not None
+    looser = cli_json(*USERS, "--max-itl-ms", f"{itl_ms + 1:.1f}", "--top", "500", "--why-not", "l4")
+    assert _why(looser, "l4")["rank"] is not None
 
 
 def test_a_gpu_whose_kv_cache_holds_no_sequence_gives_serves_figures(cli_json):
@@ -123,14 +133,15 @@ def test_unknown_speed_rule_exclusions_and_other_vendors(cli_json):
     assert _why(doc, "mi300x")["reasons"][0].startswith("not considered: it is an AMD GPU")
 
 
-def test_the_text_explains_by_the_plan_within_80_columns(cli):
-    done = cli(*USERS, "--max-itl-ms", "30", "--top", "3", "--why-not", "a100", "--why-not", "rtx-4090",
+def test_the_text_explains_by_the_plan_within_80_columns(cli, cli_json):
+    fifth = cli_json(*USERS, "--max-itl-ms", "30", "--top", "5")["results"]["plan"]["configurations"][4]["gpu_id"]
+    done = cli(*USERS, "--max-itl-ms", "30", "--top", "3", "--why-not", fifth, "--why-not", "l4",
                env={"COLUMNS": "80"})
     assert done.exit_code == 0
-    text = done.stdout[done.stdout.index("Why not a100?"):]
+    text = done.stdout[done.stdout.index(f"Why not {fifth}?"):]
     assert all(len(line) <= 80 for line in text.splitlines())
-    assert "\n  placed " in text and "memory-fit" not in text
-    assert "Why not rtx-4090?\n  no layout meets the 30 ms ITL target: its fastest, one sequence on TP=8,\n" \
+    assert f"Why not {fifth}?\n  placed 5 of " in text and "memory-fit" not in text
+    assert "Why not l4?\n  no layout meets the 30 ms ITL target: its fastest, one sequence on TP=8,\n" \
            "    decodes a token in " in text
 
 
