@@ -21,7 +21,7 @@ README_MAX_BYTES = 12_500
 
 
 def _code_blocks(text: str) -> list[str]:
-    return [b.strip() for b in re.findall(r"```(?:bash)?\n(.*?)```", text, flags=re.S)]
+    return [b.strip() for b in re.findall(r"```[\w-]*\n(.*?)```", text, flags=re.S)]
 
 
 def test_readme_opens_with_the_two_setup_commands():
@@ -158,11 +158,11 @@ def test_relative_links_resolve(md):
 # ----- the README's examples are real output -------------------------------------------
 
 
-def _readme_examples() -> list[tuple[str, list[str]]]:
-    """Each ``$ gpusizer ...`` example in the README's code blocks: its command (backslash
-    continuations joined) and the output lines shown under it, "..." marking a cut."""
+def _readme_examples(text: str = README) -> list[tuple[str, list[str]]]:
+    """Each ``$ gpusizer ...`` example in the README's code blocks (or ``text``'s): its command
+    (backslash continuations joined) and the output lines shown under it, "..." marking a cut."""
     examples = []
-    for block in _code_blocks(README):
+    for block in _code_blocks(text):
         lines = block.splitlines()
         i = 0
         while i < len(lines):
@@ -190,10 +190,23 @@ def test_the_readme_examples_are_found():
     assert len(examples) >= 4 and all(any(line != "..." for line in shown) for _, shown in examples)
 
 
-@pytest.mark.parametrize("command,shown", _readme_examples(), ids=lambda v: v if isinstance(v, str) else "")
+def _serving_examples() -> list[tuple[str, list[str]]]:
+    """docs/usage.md's serving examples: serve, and recommend for an inference workload."""
+    usage = (DOCS / "usage.md").read_text()
+    return [(c, shown) for c, shown in _readme_examples(usage)
+            if c.startswith("gpusizer serve ") or " --users " in c or " llm-inference " in c]
+
+
+def test_the_serving_examples_in_usage_are_found():
+    commands = [c.split()[1] for c, _ in _serving_examples()]
+    assert commands.count("serve") >= 2 and "recommend" in commands
+
+
+@pytest.mark.parametrize("command,shown", _readme_examples() + _serving_examples(),
+                         ids=lambda v: v if isinstance(v, str) else "")
 def test_readme_example_is_real_output(installed, command, shown):
-    """The lines each README example shows appear, in order, in the command's output at
-    COLUMNS=80 (the README says so), stdout and stderr together."""
+    """The lines each README example (and usage.md's serving examples) shows appear, in order, in
+    the command's output at COLUMNS=80 (the README says so), stdout and stderr together."""
     import shlex
 
     args = shlex.split(command)[1:]

@@ -318,8 +318,9 @@ def _serving(
         notes.append(f"even one sequence takes longer than {max_itl_ms:g} ms a token on {g.id}: "
                      "the latency target cannot be met (the estimate below is at concurrency 1)")
         one = cfg.model_copy(update={"batch": 1})
-        return serving_speed(g, shape, one, context=context, prompt=prompt, concurrency=1, **kw), one, \
-            "latency target not met: concurrency 1"
+        # the target kept, above the ITL, so a reader of the JSON sees it missed
+        speed = serving_speed(g, shape, one, context=context, prompt=prompt, concurrency=1, **kw)
+        return speed.model_copy(update={"max_itl_s": max_itl_ms / 1e3}), one, "latency target not met: concurrency 1"
     # the search stops at what memory holds (or its own cap); below that the latency stopped it
     limited_by: Literal["latency", "memory", "engine"] = "latency" if found.concurrency < limit else (
         "engine" if engine is not None and engine < held else "memory")

@@ -59,10 +59,9 @@ def recommend(
     """Rank GPUs for a workload (``cnn``, ``llm-train``, ``hpc``, ... or one from ``rules``),
     with every rule's contribution to each score.
 
-    ``budget`` is total US dollars and ``max_power`` total watts for ``gpus`` x
-    ``nodes`` GPUs; ``require`` names hard requirements (ecc, rdma, nvlink,
-    fp64); ``vendor`` (nvidia, amd, intel or any) picks whose GPUs are considered, NVIDIA only
-    by default. A model (by name, parameter count or HF config) adds the memory fit and the performance
+    ``budget`` is total US dollars and ``max_power`` total watts for ``gpus`` x ``nodes`` GPUs; ``require``
+    names hard requirements (ecc, rdma, nvlink, fp64); ``vendor`` (nvidia, amd, intel or any) picks whose
+    GPUs are considered, NVIDIA only by default. A model (by name, parameter count or HF config) adds the memory fit and the performance
     model's speed. ``probe`` (``gpusizer.hardware.nvml.read_host()`` reads one) ranks its GPUs instead.
 
     Whole configurations (``results.plan``, ranking.plan): a ``budget`` without ``gpus`` buys as
@@ -72,8 +71,8 @@ def recommend(
     (and ``max_itl_ms``) size a serving deployment per GPU instead (ranking.plan.plan_serving).
     ``system`` assesses one node type: its GPU, at its count (unless ``gpus``), on its fabric and NICs.
     ``settings`` are further :class:`RunConfig` fields, as ``fit_model`` takes them (``checkpointing``,
-    ``adapter``, ``offload``, ...), for the memory fit and the speed. ``why_not`` names GPUs to
-    explain (``results.why_not``): their exclusions, or how they compare with the first.
+    ``adapter``, ``offload``, ...), for the memory fit and the speed. ``why_not`` names GPUs to explain
+    (``results.why_not``): exclusions or comparison; with ``users``, each one's place in the plan.
 
     >>> r = recommend("hpc", require=["ecc"], top=3)
     >>> len(r.results.ranked)
@@ -99,7 +98,8 @@ def recommend(
     preq = _serving_request(_plan_request(budget if gpus is None and probe is None else None, deadline, max_cost,
                                           budget_per_hour, tokens, epochs, dataset_size, top), users, max_itl_ms, budget, top)
     req = RecommendRequest(
-        workload=workload, precision=precision, shape=shape, batch=batch, seq_len=seq_len, image_size=image_size,
+        workload=workload, precision=precision, shape=shape, batch=batch, image_size=image_size,
+        seq_len=_serving_seq_len(preq, wl, shape, seq_len),
         flash_attention=flash_attention, optimizer=optimizer, strategy=_run_strategy(strategy, settings, wl.mode),
         gpus_per_node=gpus or 1, nodes=nodes, counts_chosen=preq is not None, serving_concurrency=_buys(preq),
         interconnect=interconnect, budget_usd=budget, max_power_w=max_power, require=tuple(require),
@@ -108,7 +108,7 @@ def recommend(
         why_not=tuple({cat.resolve(name).gpu.id: name for name in reversed(list(why_not))}.items())[::-1],
     )
     candidates, notes = _candidates(probe, cat)
-    notes += [n for n in (ckpt_note, shape and beyond_context_note(shape, seq_len)) if n]
+    notes += [n for n in (ckpt_note, shape and beyond_context_note(shape, req.seq_len)) if n]
     if sys_ is not None:
         candidates = tuple(c for c in candidates if c.gpu.id == sys_.gpu)
     reference = _reference(ruleset, wl, cache_dir) if shape is None else None
@@ -117,19 +117,34 @@ def recommend(
     if preq is not None:
         rec = _with_plan(rec, _plan(preq, candidates, ruleset, req, reference, cat, cache_dir))
     inputs = {
-        **_inputs(req, rec, preq, probe is not None), "batch": batch, "seq_len": seq_len, "image_size": image_size,
-        **_input_size(shape, reference, wl, seq_len, image_size),
+        **_inputs(req, rec, preq, probe is not None), "batch": batch, "image_size": image_size,
+        **_input_size(shape, reference, wl, req.seq_len, image_size),
         "interconnect": interconnect, "max_cost_usd": max_cost, "budget_per_hour_usd": budget_per_hour,
         "rules_files": list(ruleset.files), "catalog_files": list(cat.files),
     }
     return RecommendResult(input=inputs, results=rec, notes=(*notes, *rec.notes), rules_files=ruleset.files)
 
 
-def _with_plan(rec: Recommendation, plan: Plan) -> Recommendation:
-    """The ranking with its plan, the why-not answers saying what the plan held back."""
+def _with_plan(rec: Recommendation, update: dict[str, Any]) -> Recommendation:
+    """The ranking with its plan (``_plan``'s update); a purchase plan's why-not answers also say what
+    the plan held back, a serving plan's come from the plan itself."""
     from gpusizer.ranking.plan import held_back_reasons
 
-    return rec.model_copy(update={"plan": plan, "why_not": held_back_reasons(rec.why_not, plan)})
+    plan: Plan = update["plan"]
+    why_not = update.get("why_not", held_back_reasons(rec.why_not, plan))
+    return rec.model_copy(update={"plan": plan, "why_not": why_not})
+
+
+def _serving_seq_len(preq: PlanRequest | None, wl: Workload, shape: ModelShape | None, given: int | None) -> int | None:
+    """The context a plan that serves a decoder sizes (for users, or a purchase budget) unless one
+    is given: serve's (memory.serving.serving_context: 4,096 tokens, or the model's own where
+    shorter), so recommend and serve answer the same question alike; else the length given."""
+    from gpusizer.memory.serving import serving_context
+
+    if preq is None or preq.objective not in ("serve", "budget") or wl.mode != "inference" or shape is None \
+            or not shape.generates:
+        return given
+    return serving_context(shape, given)
 
 
 def _buys(preq: PlanRequest | None) -> bool:
@@ -149,7 +164,7 @@ def _inputs(req: RecommendRequest, rec: Recommendation, preq: PlanRequest | None
     from gpusizer.domain.run import make_run_config
 
     run = make_run_config(**{**req.run_settings, "mode": rec.mode}).model_dump(mode="json", include={
-        "checkpointing", "adapter", "offload", "offload_to", "weight_format", "loss"})
+        "checkpointing", "adapter", "offload", "offload_to", "weight_format", "kv_cache", "loss"})
     shape = req.shape
     return {
         "workload": req.workload, "precision": rec.precision, "model": shape.name if shape else None,
@@ -205,19 +220,20 @@ def _reference(ruleset: RuleSet, wl: Workload, cache_dir: Path | None) -> ModelS
 def _plan(
     preq: PlanRequest, candidates: Sequence[Candidate], ruleset: RuleSet, req: RecommendRequest,
     reference: ModelShape | None, cat: Catalog, cache_dir: Path | None,
-) -> Plan:
-    from gpusizer.ranking.plan import plan_cloud, plan_purchase
+) -> dict[str, Any]:
+    """The recommendation's plan; a serving plan's also explains the GPUs asked about (``why_not``)
+    by the deployments it sized, not by the one-GPU ranking."""
+    from gpusizer.ranking.plan import plan_cloud, plan_purchase, plan_serving
 
     if preq.objective == "budget":
-        return plan_purchase(candidates, ruleset, req, preq, reference=reference, pool=cat.gpus)
+        return {"plan": plan_purchase(candidates, ruleset, req, preq, reference=reference, pool=cat.gpus)}
     if preq.objective == "serve":
-        from gpusizer.ranking.plan import plan_serving
-
-        return plan_serving(candidates, ruleset, req, preq, pool=cat.gpus)
+        plan, why = plan_serving(candidates, ruleset, req, preq, pool=cat.gpus)
+        return {"plan": plan, "why_not": why}
     from gpusizer.hardware.systems import load_systems
 
-    return plan_cloud(load_systems(cache_dir=cache_dir).systems, cat.gpus, ruleset, req, preq, reference=reference,
-                      pool=cat.gpus)
+    return {"plan": plan_cloud(load_systems(cache_dir=cache_dir).systems, cat.gpus, ruleset, req, preq,
+                               reference=reference, pool=cat.gpus)}
 
 
 def _check_plan_inputs(preq: PlanRequest | None, gpus: int | None, nodes: int, budget: float | None,

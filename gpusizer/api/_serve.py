@@ -19,6 +19,7 @@ from gpusizer.api._common import (
     resolve_model,
 )
 from gpusizer.domain.parallelism import tensor_parallel
+from gpusizer.domain.precision import default_precision, storage_precision
 from gpusizer.domain.run import RunConfig
 from gpusizer.domain.shape import ModelShape, beyond_context_note
 from gpusizer.errors import UsageError
@@ -108,7 +109,7 @@ def _check_tp(shape: ModelShape, tp: int | None) -> None:
 
 def _user_rows(
     shape: ModelShape, cfg: RunConfig, gpus: Sequence[Gpu], context: int, users: int | None, max_itl_ms: float | None,
-    tp: int | None, max_tp: int, utilization: float,
+    tp: int | None, max_tp: int, utilization: float, compute_precision: str,
 ) -> tuple[list[ServeRow], list[str]]:
     """Each GPU's deployment for ``users`` (:func:`_latency_row`), and the notes on them: the GPUs
     whose speed is unknown (left out of the search) and those whose latency is a lower bound."""
@@ -116,7 +117,8 @@ def _user_rows(
     rows, unknown = [], []
     for g in gpus:
         try:
-            rows.append(_latency_row(shape, cfg, g, context, users or 1, max_itl_s, tp, max_tp, utilization))
+            rows.append(_latency_row(shape, cfg, g, context, users or 1, max_itl_s, tp, max_tp, utilization,
+                                     compute_precision))
         except UsageError as exc:  # (a GPU the speed model cannot time: its rates are unknown)
             if exc.field is not None:
                 raise
@@ -134,7 +136,7 @@ def _user_rows(
 
 def _latency_row(
     shape: ModelShape, cfg: RunConfig, g: Gpu, context: int, users: int, max_itl_s: float | None, tp: int | None,
-    max_tp: int, utilization: float,
+    max_tp: int, utilization: float, compute_precision: str,
 ) -> ServeRow:
     """One GPU type serving ``users``: the fewest GPUs, as replicas of one tensor-parallel size
     (``tp``, else each the model allows up to ``max_tp``), whose KV caches hold the users and,
@@ -145,13 +147,25 @@ def _latency_row(
     sizes = (tp,) if tp is not None else tp_sizes(m, max_tp) if m is not None else None
     caps = group_capacities(shape, cfg, g.memory_bytes, context, gpu_name=g.name, sizes=sizes, utilization=utilization)
     dep = fewest_gpus_within_latency(g, shape, cfg, {t: c.max_running for t, c in caps.items()},
-                                     context=context, users=users, max_itl_s=max_itl_s)
+                                     context=context, users=users, max_itl_s=max_itl_s,
+                                     compute_precision=compute_precision)
     cap = caps[dep.tp] if dep is not None else None
     best = cap or max(caps.values(), key=lambda c: c.max_concurrency)
     return ServeRow(gpu_id=g.id, gpu_name=g.name, memory_bytes=g.memory_bytes, gpus=dep.tp if dep else None,
                     max_concurrency=best.max_concurrency, capacity=cap, tried=tuple(caps.values()),
                     replicas=dep.replicas if dep else 1, concurrency=dep.concurrency if dep else None,
                     itl_s=dep.speed.itl_s if dep else None, itl_lower_bound=dep.speed.upper_bound if dep else False)
+
+
+def _serving_run(shape: ModelShape, settings: dict[str, Any]) -> tuple[RunConfig, str, str | None]:
+    """The run served, the precision its decode is timed in and the checkpoint's note. As estimate:
+    the precision named (fp8 computes in FP8 and stores one-byte weights, as int8), else the
+    checkpoint's, else fp16 (a weight-only format computes in 16 bits)."""
+    ckpt, note = checkpoint_defaults(shape, "inference", given=_given_weights(settings))
+    given = settings.get("precision")
+    stored = {"precision": storage_precision(given, "inference")} if given else {}
+    cfg = _run(None, {**settings, **ckpt, **stored, "mode": "inference"})
+    return cfg, given or ckpt.get("precision") or default_precision("inference"), note
 
 
 def serve(
@@ -183,13 +197,14 @@ def serve(
     """
     shape = resolve_model(model, params=params, hf_config=hf_config, cache_dir=cache_dir)
     context = serving_context(shape, context)
-    ckpt, ckpt_note = checkpoint_defaults(shape, "inference", given=_given_weights(settings))
-    cfg = _run(None, {**settings, **ckpt, "mode": "inference"})
+    cfg, compute, ckpt_note = _serving_run(shape, settings)
     vendor = check_vendor(vendor)
     cat = catalog or load_catalog(cache_dir=cache_dir)
     names = [gpu] if isinstance(gpu, str) else list(gpu or ())
     resolved = (cat.resolve_many(names) if names
                 else [cat.resolve(g.id) for g in cat.gpus if vendor_wanted(vendor, g)])
+    # one row per GPU type, however many of its names are given ("h100" and "h100-sxm5-80gb")
+    resolved = list({r.gpu.id: r for r in reversed(resolved)}.values())[::-1]
     notes = [*(r.note for r in resolved if r.note), *vendor_notes([r.gpu for r in resolved], speeds=False, verb="checked")]
     beyond = beyond_context_note(shape, context, "context")
     notes += [n for n in (ckpt_note, beyond, _window_note(shape, context)) if n]
@@ -197,7 +212,7 @@ def serve(
     rows: list[ServeRow] = []
     if users is not None or max_itl_ms is not None:
         rows, more = _user_rows(shape, cfg, [r.gpu for r in resolved], context, users, max_itl_ms, tp, max_tp,
-                                gpu_memory_utilization)
+                                gpu_memory_utilization, compute)
         notes += more
     for res in resolved if users is None and max_itl_ms is None else ():
         g = res.gpu
@@ -219,7 +234,8 @@ def serve(
               "max_itl_ms": max_itl_ms, "tp": tp,
               "max_tp": max_tp, "vendor": None if names else vendor,
               "gpu_memory_utilization": gpu_memory_utilization, "block_tokens": BLOCK_TOKENS,
-              **cfg.model_dump(mode="json", include={"precision", "kv_cache", "flash_attention", "weight_format"}),
+              **cfg.model_dump(mode="json", include={"kv_cache", "flash_attention", "weight_format"}),
+              "precision": compute, "memory_precision": cfg.precision,
               "gpus_checked": [r.gpu.id for r in resolved]}
     results = ServeResults(model=shape.name, context_tokens=context, users=users, rows=tuple(rows),
                            max_itl_s=max_itl_ms / 1e3 if max_itl_ms is not None else None,

@@ -41,6 +41,7 @@ from gpusizer.cli.options import (
 )
 from gpusizer.cli.root import command_app, guarded
 from gpusizer.cli.run_options import (
+    KvCacheOpt,
     OffloadOpt,
     OffloadToOpt,
     StrategyOptT,
@@ -117,7 +118,9 @@ RecItlOpt = Annotated[float | None, typer.Option(
     "--max-itl-ms", **real(0.001, 1e6), metavar="MS", rich_help_panel=CONSTRAINTS,
     help="With --users: the inter-token latency each user may see, in ms.")]
 WhyNotOpt = Annotated[list[str] | None, typer.Option(
-    "--why-not", metavar="GPU", rich_help_panel=OUTPUT, autocompletion=complete_gpu, help="Say why this GPU is not first: its exclusions, or how it compares (repeatable).")]
+    "--why-not", metavar="GPU", rich_help_panel=OUTPUT, autocompletion=complete_gpu, help="Say why this GPU is not first: its exclusions, or how it compares (repeatable). "
+                                                                 "With --users: where the serving plan places its "
+                                                                 "deployment, or why it has none.")]
 ShowExcludedOpt = Annotated[bool, typer.Option("--show-excluded", rich_help_panel=OUTPUT, help="List excluded GPUs and why.")]
 LocalOpt = Annotated[bool, typer.Option("--local", rich_help_panel=HARDWARE, help="Rank this machine's GPUs (NVML), with their free memory.")]
 
@@ -150,6 +153,7 @@ def recommend_cmd(
     offload: OffloadOpt = "none",
     offload_to: OffloadToOpt = "cpu",
     weights: WeightsOpt = None,
+    kv_cache: KvCacheOpt = "auto",
     loss: cli.LossOpt = "full",
     gpus: RecGpusOpt = None,
     nodes: NodesOpt = 1,
@@ -194,7 +198,7 @@ def recommend_cmd(
         catalog=cli._load_catalog(catalog), cache_dir=cli._cache_dir(), vendor=vendor, deadline=deadline,
         max_cost=max_cost, budget_per_hour=budget_per_hour, tokens=tokens, epochs=epochs, dataset_size=dataset_size,
         system=system, checkpointing=checkpointing, adapter=cli.adapter_settings(lora, qlora, lora_targets, double_quant),
-        offload=offload, offload_to=offload_to, weight_format=weights, loss=loss, why_not=tuple(why_not or ()),
+        offload=offload, offload_to=offload_to, weight_format=weights, kv_cache=kv_cache, loss=loss, why_not=tuple(why_not or ()),
         users=users, max_itl_ms=max_itl_ms,
     )
     cli.write_report(ctx, report, result)

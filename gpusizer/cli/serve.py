@@ -29,7 +29,7 @@ from gpusizer.cli.options import (
 )
 from gpusizer.cli.root import command_app, guarded
 from gpusizer.cli.run_options import KvCacheOpt, WeightsOpt, precision_help
-from gpusizer.domain.precision import ALL_PRECISIONS, PrecisionName, storage_precision
+from gpusizer.domain.precision import ALL_PRECISIONS, PrecisionName
 from gpusizer.errors import ExitCode
 from gpusizer.hardware.vendors import DEFAULT_VENDOR
 
@@ -93,7 +93,7 @@ def serve_cmd(
         model, params=params, hf_config=hf_config, context=context, users=users, max_itl_ms=max_itl_ms, gpu=gpu, tp=tp,
         gpu_memory_utilization=gpu_memory_utilization, vendor=vendor, catalog=_load_catalog(catalog),
         cache_dir=_cache_dir(),
-        precision=storage_precision(precision, "inference") if precision else None, kv_cache=kv_cache,
+        precision=precision, kv_cache=kv_cache,
         attention=attention, weight_format=weights,
     )
     if json_out:

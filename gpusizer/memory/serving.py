@@ -85,6 +85,21 @@ TP_BUFFER_BYTES = round(1.79 * GIB)
 DEFAULT_CONTEXT = 4096
 
 
+def served_decoder(shape: ModelShape) -> TransformerShape:
+    """The transformer a serving engine decodes from its KV cache: a decoder's (or an
+    encoder-decoder's); any other model is a usage error that names it."""
+    m = shape.transformer
+    if shape.arch is None:  # (a parameter count alone: no layers to size a KV cache from)
+        raise UsageError(f"{shape.name} gives no layers, so no KV cache can be sized: serving needs a decoder's "
+                         "shape", hint="name a decoder from the zoo (gpusizer models) or give its Hugging Face config",
+                         field="model")
+    if m is None or not m.has_kv_cache:
+        raise UsageError(f"{shape.name} is not a decoder (kind: {shape.kind}): serving sizes the KV cache a "
+                         "decoder generates from", hint="name a decoder LLM, or size this model with fit-model or estimate",
+                         field="model")
+    return m
+
+
 def serving_context(shape: ModelShape, given: int | None = None) -> int:
     """The context a serving question sizes: ``given``, else :data:`DEFAULT_CONTEXT`, at most
     the model's own context."""
@@ -212,10 +227,7 @@ def serving_capacity(
     ``gpu_name``)."""
     limits = limits or engine_limits(gpu_memory_bytes, gpu_name)
     max_batched_tokens = limits.max_batched_tokens
-    m = shape.transformer
-    if m is None or not m.has_kv_cache:
-        raise UsageError("serving capacity counts a decoder's KV cache: the model needs a decoder's shape",
-                         hint="describe the model by name or by its Hugging Face config", field="model")
+    m = served_decoder(shape)
     if not 0 < utilization <= 1:
         raise UsageError(f"GPU memory utilization {utilization:g} must be in (0, 1]", field="gpu_memory_utilization")
     if context < 1:
@@ -260,9 +272,7 @@ def group_capacities(
 ) -> dict[int, ServingCapacity]:
     """:func:`serving_capacity` for each tensor-parallel group size in ``sizes`` (default:
     every size the model allows in a node, :func:`tp_sizes`)."""
-    m = shape.transformer
-    if m is None:
-        raise UsageError("serving capacity needs a decoder's shape", field="model")
+    m = served_decoder(shape)
     return {t: serving_capacity(shape, cfg.model_copy(update=tensor_parallel(t)), gpu_memory_bytes, context,
                                 gpu_name=gpu_name, utilization=utilization)
             for t in (sizes if sizes is not None else tp_sizes(m, MAX_TP))}
@@ -292,9 +302,7 @@ def fewest_gpus_to_serve(
 ) -> ServingPlan:
     """The smallest tensor-parallel group, up to ``max_gpus``, whose KV cache holds ``users``
     sequences of ``context``."""
-    m = shape.transformer
-    if m is None:
-        raise UsageError("serving capacity needs a decoder's shape", field="model")
+    m = served_decoder(shape)
     tried = []
     for tp in tp_sizes(m, max_gpus):
         run = cfg.model_copy(update=tensor_parallel(tp))

@@ -18,8 +18,8 @@ from pydantic import BaseModel, ConfigDict
 from gpusizer.domain.parallelism import tensor_parallel
 from gpusizer.domain.run import RunConfig
 from gpusizer.domain.shape import ModelShape
-from gpusizer.errors import UsageError
 from gpusizer.hardware.catalog import Gpu
+from gpusizer.memory.serving import served_decoder
 from gpusizer.performance.estimate import estimate_performance
 from gpusizer.performance.work import GEMV_MAX_BATCH
 
@@ -42,7 +42,8 @@ class ServingSpeed(BaseModel):
     itl_s: float
     per_user_tokens_s: float
     aggregate_tokens_s: float
-    #: the latency target the concurrency was chosen for, if any
+    #: the latency target the concurrency was chosen for, if any (above ``itl_s`` where even one
+    #: sequence misses it: the figures are then at concurrency 1)
     max_itl_s: float | None = None
     #: with a latency target: what stopped the search, the target ("latency"), the sequences the
     #: GPU's memory holds ("memory") or the engine runs at once ("engine", vLLM's max_num_seqs);
@@ -61,8 +62,7 @@ def serving_speed(
     """ITL and tokens/s at ``concurrency`` sequences (per model replica) of ``context``
     cached tokens, and the TTFT of a ``prompt``-token prefill. The aggregate rate counts
     every replica. ``kwargs`` go to ``estimate_performance``."""
-    if shape.transformer is None or not shape.transformer.has_kv_cache:
-        raise UsageError("serving speed is for decoders: the model needs a decoder's shape", field="model")
+    served_decoder(shape)
     decode_cfg = cfg.model_copy(update={"mode": "inference", "batch": concurrency, "seq_len": context})
     decode = estimate_performance(gpu, shape, decode_cfg, phase="decode", **kwargs)
     prefill_cfg = cfg.model_copy(update={"mode": "inference", "batch": 1, "seq_len": prompt})
@@ -179,5 +179,16 @@ def fewest_gpus_within_latency(
     return best
 
 
-__all__ = ["LatencyDeployment", "ServingSpeed", "concurrency_for_latency", "fewest_gpus_within_latency",
-           "serving_speed"]
+def fastest_decode(
+    gpu: Gpu, shape: ModelShape, cfg: RunConfig, held: Mapping[int, int], *, context: int, **kwargs: Any,
+) -> tuple[int, ServingSpeed] | None:
+    """The lowest inter-token latency any tensor-parallel size in ``held`` reaches: one sequence of
+    ``context`` tokens on a group whose KV cache holds one, as (size, speed); None when none holds
+    one. What :func:`fewest_gpus_within_latency` needed to serve anyone, where it found nothing."""
+    speeds = [(tp, serving_speed(gpu, shape, cfg.model_copy(update=tensor_parallel(tp)), context=context,
+                                 prompt=context, concurrency=1, **kwargs)) for tp, most in sorted(held.items()) if most >= 1]
+    return min(speeds, key=lambda s: (s[1].itl_s, s[0]), default=None)
+
+
+__all__ = ["LatencyDeployment", "ServingSpeed", "concurrency_for_latency", "fastest_decode",
+           "fewest_gpus_within_latency", "serving_speed"]

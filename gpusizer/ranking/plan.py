@@ -23,14 +23,24 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from gpusizer.domain.parallelism import NODE_GPUS, Parallelism, sharding_alternative, tensor_parallel
+from gpusizer.domain.run import RunConfig
 from gpusizer.domain.shape import ModelShape
 from gpusizer.errors import UsageError
 from gpusizer.hardware.catalog import Gpu
 from gpusizer.hardware.systems import System
-from gpusizer.memory.serving import LARGE_GPU_LIMITS, SMALL_GPU_LIMITS, group_capacities, serving_context, tp_sizes
+from gpusizer.memory.serving import (
+    LARGE_GPU_LIMITS,
+    SMALL_GPU_LIMITS,
+    ServingCapacity,
+    group_capacities,
+    served_decoder,
+    serving_context,
+    tp_sizes,
+)
 from gpusizer.performance.planning import training_seconds
 from gpusizer.ranking.configs import Configuration, Plan, PlanRequest
 from gpusizer.ranking.rules import RuleSet
@@ -38,14 +48,16 @@ from gpusizer.ranking.search import (
     NEAR_TIE,
     Candidate,
     GpuResult,
+    Recommendation,
     RecommendRequest,
     WhyNot,
     _sharded_need,
     input_seq_len,
     recommend,
     run_config,
+    why_not_ranking,
 )
-from gpusizer.units import format_count, format_duration, plural
+from gpusizer.units import format_bytes, format_count, format_duration, plural
 
 if TYPE_CHECKING:
     from gpusizer.performance.serving import LatencyDeployment
@@ -238,65 +250,188 @@ def held_back_reasons(why_not: Sequence[WhyNot], plan: Plan) -> tuple[WhyNot, ..
 def plan_serving(
     candidates: Sequence[Candidate], rules: RuleSet, req: RecommendRequest, preq: PlanRequest, *,
     pool: Sequence[Gpu] | None = None,
-) -> Plan:
+) -> tuple[Plan, tuple[WhyNot, ...]]:
     """Serving: for each qualifying GPU, the fewest GPUs, as replicas of one tensor-parallel size
     (up to a node's), whose paged KV caches hold ``preq.users`` sequences of the run's context and,
     with ``preq.max_itl_s``, decode them within that latency (performance.serving.
     fewest_gpus_within_latency, at serve's capacity and estimate's speed); SXM and OAM modules in
     whole boards of eight. Ranked by the GPUs' price, then their count. A budget or a power cap
-    drops deployments beyond it, or whose price or power is unknown."""
-    from gpusizer.performance.serving import fewest_gpus_within_latency
-
+    drops deployments beyond it, or whose price or power is unknown. With the plan, for each GPU
+    in ``req.why_not``, where the plan places it or why it has no place (:func:`_serving_why_not`)."""
     shape, wl = req.shape, rules.workload(req.workload)
-    if preq.users is None or wl.mode != "inference" or shape is None or not shape.generates:
-        raise UsageError("sizing a deployment for users needs an inference workload and a decoder model",
+    if preq.users is None or wl.mode != "inference":
+        raise UsageError(f"sizing a deployment for users needs an inference workload, not {wl.name!r} ({wl.mode})",
                          hint="e.g. the llm-inference workload with a model", field="users")
+    if shape is None:
+        raise UsageError("sizing a deployment for users needs the decoder served",
+                         hint="give a model by name, parameter count or HF config", field="model")
+    served_decoder(shape)
     if req.batch is not None:
         raise UsageError("sizing a deployment for users chooses each replica's batch: the users it shares",
                          hint="drop the batch", field="batch")
     single = req.model_copy(update={"gpus_per_node": 1, "nodes": 1, "top": None, "budget_usd": None,
                                     "max_power_w": None})
     base = recommend(candidates, rules, single, pool=pool)
-    cfg, context = run_config(rules, single), serving_context(shape, req.seq_len)
-    by_id = {c.gpu.id: c for c in candidates}
-    configs: list[Configuration] = []
-    over: list[Configuration] = []
-    unknown: list[str] = []
+    run = _ServingRun(shape=shape, cfg=run_config(rules, single), context=serving_context(shape, req.seq_len),
+                      by_id={c.gpu.id: c for c in candidates}, base=base, req=req, preq=preq)
+    out = _Outcomes()
     qualifying = _qualifying(base)
     for res in qualifying:
-        gpu = by_id[res.gpu_id].gpu
-        caps = group_capacities(shape, cfg, by_id[res.gpu_id].capacity_bytes, context, gpu_name=gpu.name)
-        try:
-            dep = fewest_gpus_within_latency(
-                gpu, shape, cfg, {t: c.max_running for t, c in caps.items()}, context=context, users=preq.users,
-                max_itl_s=preq.max_itl_s, unit=NODE_GPUS if gpu.on_baseboard else 1,  # (boards of 8)
-                compute_precision=base.precision, tf32=base.tf32, **req.perf_data)
-        except UsageError as exc:  # (a GPU the speed model cannot time: its rates are unknown)
-            if exc.field is not None:
-                raise
-            unknown.append(res.gpu_id)
-            continue
-        if dep is None:
-            continue
-        config = _deployment(res, dep)
-        power = gpu.tdp_w * config.gpus_total if gpu.tdp_w is not None else None
-        if (preq.budget_usd is not None and (config.price_total_usd is None or config.price_total_usd > preq.budget_usd)) \
-                or (req.max_power_w is not None and (power is None or power > req.max_power_w)):
-            over.append(config)
-            continue
-        configs.append(config)
-    configs.sort(key=_serving_order)
+        _size_deployment(run, res, out)
+    configs = sorted(out.listed, key=_serving_order)
     numbered = _numbered(configs, preq.top)
     notes = (f"replicas of one tensor-parallel size (up to {NODE_GPUS} GPUs) share the sequences; each holds its share "
              f"in its paged KV cache (serve's accounting) and decodes it at estimate's speed; SXM and OAM modules "
              f"come in boards of {NODE_GPUS}, whose GPUs all serve",
              GPU_PRICES_ONLY,
-             *((f"not sized, their speed being unknown: {', '.join(unknown)}",) if unknown else ()))
-    closest = None if configs else min(over, key=_serving_order, default=None)
-    return Plan(objective="serve", goal=_serving_goal(preq, context), configurations=numbered,
+             *((f"not sized, their speed being unknown: {', '.join(out.unknown)}",) if out.unknown else ()))
+    closest = None if configs else min(out.over, key=_serving_order, default=None)
+    plan = Plan(objective="serve", goal=_serving_goal(preq, run.context), configurations=numbered,
                 considered=len(qualifying), met=len(configs),
                 notes=notes + upper_bound_notes(numbered) + _base_notes(base.notes), closest=closest,
                 shortfall=None if configs else _serving_shortfall(preq, req, closest))
+    pool = pool or [c.gpu for c in candidates]
+    return plan, tuple(_serving_why_not(run, out, configs, gpu_id, asked, pool) for gpu_id, asked in req.why_not)
+
+
+class _ServingRun(NamedTuple):
+    """What every GPU of a serving plan is sized with."""
+
+    shape: ModelShape
+    cfg: RunConfig
+    context: int
+    by_id: dict[str, Candidate]
+    base: Recommendation
+    req: RecommendRequest
+    preq: PlanRequest
+
+
+@dataclass
+class _Outcomes:
+    """What the serving plan found for each GPU it sized: a deployment within the caps (``listed``),
+    one beyond them (``over``), none (``unserved``: each group size's capacity), or no speed
+    (``unknown``: why)."""
+
+    listed: list[Configuration] = field(default_factory=list)
+    over: list[Configuration] = field(default_factory=list)
+    unserved: dict[str, dict[int, ServingCapacity]] = field(default_factory=dict)
+    unknown: dict[str, str] = field(default_factory=dict)
+
+
+def _size_deployment(run: _ServingRun, res: GpuResult, out: _Outcomes) -> None:
+    """One GPU's fewest-GPU deployment for the users, filed in ``out``."""
+    from gpusizer.performance.serving import fewest_gpus_within_latency
+
+    gpu, preq = run.by_id[res.gpu_id].gpu, run.preq
+    caps = group_capacities(run.shape, run.cfg, run.by_id[res.gpu_id].capacity_bytes, run.context, gpu_name=gpu.name)
+    try:
+        dep = fewest_gpus_within_latency(
+            gpu, run.shape, run.cfg, {t: c.max_running for t, c in caps.items()}, context=run.context,
+            users=preq.users or 1, max_itl_s=preq.max_itl_s, unit=NODE_GPUS if gpu.on_baseboard else 1,  # (boards)
+            compute_precision=run.base.precision, tf32=run.base.tf32, **run.req.perf_data)
+    except UsageError as exc:  # (a GPU the speed model cannot time: its rates are unknown)
+        if exc.field is not None:
+            raise
+        out.unknown[res.gpu_id] = exc.message
+        return
+    if dep is None:
+        out.unserved[res.gpu_id] = caps
+        return
+    config = _deployment(res, dep)
+    (out.over if _beyond_caps(config, gpu, preq, run.req) else out.listed).append(config)
+
+
+def _power_w(config: Configuration, gpu: Gpu) -> float | None:
+    return gpu.tdp_w * config.gpus_total if gpu.tdp_w is not None else None
+
+
+def _beyond_caps(config: Configuration, gpu: Gpu, preq: PlanRequest, req: RecommendRequest) -> list[str]:
+    """The caps a deployment misses, in words with its figures (none: it is within them)."""
+    misses = []
+    budget, cap, price, power = preq.budget_usd, req.max_power_w, config.price_total_usd, _power_w(config, gpu)
+    if budget is not None and (price is None or price > budget):
+        misses.append(f"costs ${price:,.0f}, over the ${budget:,.0f} budget" if price is not None
+                      else f"has no known price, and the budget (${budget:,.0f}) excludes the unpriced")
+    if cap is not None and (power is None or power > cap):
+        misses.append(f"draws {power:,.0f} W (TDP x {config.gpus_total:,}), over the {cap:,.0f} W power cap"
+                      if power is not None else f"has no known TDP, and the power cap ({cap:,.0f} W) excludes it")
+    return misses
+
+
+def _serving_why_not(run: _ServingRun, out: _Outcomes, configs: Sequence[Configuration], gpu_id: str, asked: str,
+                     pool: Sequence[Gpu]) -> WhyNot:
+    """Where the serving plan places ``gpu_id``, or why it has no place, with the plan's figures."""
+    found = next((i for i, c in enumerate(configs, 1) if c.gpu_id == gpu_id), None)
+    if found is not None:
+        config = configs[found - 1].model_copy(update={"rank": found})
+        return WhyNot(asked=asked, gpu_id=gpu_id, rank=found, reasons=_placed(config, configs, run.preq.top),
+                      configuration=config)
+    over = next((c for c in out.over if c.gpu_id == gpu_id), None)
+    if over is not None:
+        misses = _beyond_caps(over, run.by_id[gpu_id].gpu, run.preq, run.req)
+        return WhyNot(asked=asked, gpu_id=gpu_id, rank=None, configuration=over, reasons=(
+            f"its cheapest deployment for the users, {over.label}, {', and '.join(misses)}",))
+    if gpu_id in out.unknown:
+        return WhyNot(asked=asked, gpu_id=gpu_id, rank=None, reasons=(
+            f"not sized: its decode speed is unknown ({out.unknown[gpu_id]})",))
+    if gpu_id in out.unserved:
+        return WhyNot(asked=asked, gpu_id=gpu_id, rank=None, reasons=(_unserved(run, gpu_id, out.unserved[gpu_id]),))
+    # not sized at all: a rule excluded it (not the one-GPU memory fit, which the plan's layouts
+    # get past), or it was not among the GPUs considered
+    excluded = [r.model_copy(update={"excluded_by": tuple(f for f in r.excluded_by if f.kind != "fit")})
+                for r in run.base.excluded]
+    return why_not_ranking(gpu_id, asked, [], excluded, pool, run.req)
+
+
+def _placed(config: Configuration, configs: Sequence[Configuration], top: int) -> tuple[str, ...]:
+    """A listed deployment's place in the plan (cheapest first), against the first."""
+    price = f"${config.price_total_usd:,.0f}" if config.price_total_usd is not None else "an unknown price"
+    itl = f", ITL {_ms(config.itl_s)}" if config.itl_s is not None else ""
+    shown = f"; the first {top} shown" if config.rank > top else ""
+    reasons = [f"{'listed' if config.rank <= top else 'placed'} {config.rank} of {len(configs)} deployments "
+               f"(cheapest first{shown}): {config.label}, {price}{itl}, {config.throughput_per_s:,.0f} tokens/s"]
+    if config.upper_bound:
+        reasons.append("its tokens/s is an upper bound and its ITL a lower bound: decode on it is timed without "
+                       "the per-SM cap calibrated on NVIDIA GPUs")
+    first = configs[0]
+    if first is not config and first.gpu_id != config.gpu_id:
+        cost = f"${first.price_total_usd:,.0f}" if first.price_total_usd is not None else "an unknown price"
+        reasons.append(f"the first, {first.label}, costs {cost}" + (
+            "; deployments of unknown price come after the priced" if config.price_total_usd is None else ""))
+    return tuple(reasons)
+
+
+def _unserved(run: _ServingRun, gpu_id: str, caps: dict[int, ServingCapacity]) -> str:
+    """Why no deployment of ``gpu_id`` serves the users: no group size's KV cache holds one
+    sequence, or none decodes one within the latency target (the best ITL it reaches)."""
+    from gpusizer.performance.serving import fastest_decode
+
+    context = f"{run.context:,} tokens"
+    most = max(caps)
+    if not any(c.max_running >= 1 for c in caps.values()):
+        cap = caps[most]
+        need = format_bytes(cap.blocks_per_sequence * cap.block_bytes)
+        taken = cap.budget_bytes - cap.kv_budget_bytes
+        left = format_bytes(cap.kv_budget_bytes) if cap.kv_budget_bytes > 0 else "nothing"
+        return (f"its KV caches hold no sequence of {context} in any layout up to TP={most}: at TP={most} its "
+                f"weights ({format_bytes(cap.weights_bytes)}) and the engine's working memory "
+                f"({format_bytes(taken - cap.weights_bytes)}) take {format_bytes(taken)} of the "
+                f"{format_bytes(cap.budget_bytes)} each GPU gives the engine ({cap.utilization:.0%}), leaving {left} "
+                f"for the KV cache, where one sequence needs {need}")
+    gpu = run.by_id[gpu_id].gpu
+    best = fastest_decode(gpu, run.shape, run.cfg, {t: c.max_running for t, c in caps.items()}, context=run.context,
+                          compute_precision=run.base.precision, tf32=run.base.tf32, **run.req.perf_data)
+    target = run.preq.max_itl_s
+    assert best is not None and target is not None
+    tp, speed = best
+    where = "one GPU" if tp == 1 else f"TP={tp}"
+    return (f"no layout meets the {_ms(target)} ITL target: its fastest, one sequence on {where}, "
+            f"decodes a token in {_ms(speed.itl_s)}")
+
+
+def _ms(seconds: float) -> str:
+    ms = seconds * 1e3
+    return f"{ms:,.0f} ms" if ms >= 100 else f"{ms:.3g} ms"
 
 
 def _deployment(res: GpuResult, dep: LatencyDeployment) -> Configuration:

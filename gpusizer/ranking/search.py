@@ -35,6 +35,7 @@ from gpusizer.domain.parallelism import (
 )
 from gpusizer.domain.precision import (
     RULE_PRECISIONS,
+    WEIGHT_FORMATS,
     check_mode,
     default_precision,
     precision_spec,
@@ -48,7 +49,7 @@ from gpusizer.hardware.vendors import DEFAULT_VENDOR, VENDOR_NAMES, check_vendor
 from gpusizer.memory.estimate import MAX_BATCH, fewest_gpus, largest_batch
 from gpusizer.memory.estimate import fits as fits_memory
 from gpusizer.memory.fit import Capacity, CapacitySource, GpuFit, fit_model
-from gpusizer.ranking.configs import Plan
+from gpusizer.ranking.configs import Configuration, Plan
 from gpusizer.ranking.rules import (
     DERIVED_FIELDS,
     ORDERED_VALUES,
@@ -299,6 +300,9 @@ class WhyNot(BaseModel):
     gpu_id: str | None
     rank: int | None
     reasons: tuple[str, ...]
+    #: a serving plan (recommend with users): the GPU's cheapest deployment for the users, listed or
+    #: not (over a budget or power cap); None where it has none, and in a ranking
+    configuration: Configuration | None = None
 
 
 class Recommendation(BaseModel):
@@ -561,7 +565,9 @@ def _check_request(req: RecommendRequest, rules: RuleSet) -> tuple[Workload, str
     adapted = req.run_settings.get("adapter") is not None and wl.mode == "train"
     precision = req.precision or (default_precision(wl.mode, adapters=True) if adapted else wl.precision)
     if precision not in RULE_PRECISIONS:
-        raise UsageError(f"precision {precision!r} is not one of {', '.join(RULE_PRECISIONS)}", field="precision")
+        raise UsageError(f"precision {precision!r} is not one of {', '.join(RULE_PRECISIONS)}", field="precision",
+                         hint=f"the rules are written for these; quantised weights are ranked as a weight format "
+                              f"over one of them ({', '.join(WEIGHT_FORMATS)})")
     if req.budget_usd is not None and not (0 < req.budget_usd <= MAX_BUDGET_USD):
         raise UsageError(f"the budget must be a positive number of US dollars up to {MAX_BUDGET_USD:,.0f}, "
                          f"not {req.budget_usd:g}", hint="the budget is the total for all GPUs, e.g. 10000",
@@ -720,7 +726,7 @@ def recommend(
         sharded_options=_sharded_options(results, req, run.mem_cfg) if req.shape is not None else (),
         notes=(*_notes(run, fit_notes), *_upper_bound_notes(ranked),
                *vendor_notes([by_label[r.label].gpu for r in ranked])),
-        why_not=tuple(_why_not(gpu_id, asked, [*ranked, *beyond], excluded, pool or [c.gpu for c in candidates], req)
+        why_not=tuple(why_not_ranking(gpu_id, asked, [*ranked, *beyond], excluded, pool or [c.gpu for c in candidates], req)
                       for gpu_id, asked in req.why_not),
     )
 
@@ -943,7 +949,7 @@ def _outclassed(qualified: Sequence[GpuResult]) -> list[GpuResult]:
     return out
 
 
-def _why_not(name: str, asked: str, listed: Sequence[GpuResult], excluded: Sequence[GpuResult],
+def why_not_ranking(name: str, asked: str, listed: Sequence[GpuResult], excluded: Sequence[GpuResult],
              pool: Sequence[Gpu], req: RecommendRequest) -> WhyNot:
     """Why ``name`` is not first: its exclusions, or its rank and how it compares with the first."""
     found = next((r for r in [*listed, *excluded] if r.gpu_id == name), None)

@@ -183,7 +183,9 @@ def serving_table(s: ServingSpeed) -> Table:
     from rich.table import Table
 
     title = f"Serving {plural(s.concurrency, 'sequence')} of {s.context_tokens:,} tokens"
-    if s.max_itl_s is not None and s.limited_by in ("memory", "engine"):
+    if s.max_itl_s is not None and s.itl_s > s.max_itl_s:  # (the target not met even by one sequence)
+        title += f" (none within {s.max_itl_s * 1e3:g} ms a token)"
+    elif s.max_itl_s is not None and s.limited_by in ("memory", "engine"):
         most = "memory holds" if s.limited_by == "memory" else "the engine runs at once"
         title += f" (the most {most}; within {s.max_itl_s * 1e3:g} ms a token)"
     elif s.max_itl_s is not None:

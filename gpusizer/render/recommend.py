@@ -7,6 +7,7 @@ their own lines under each row, which a rich Table cannot span.
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -315,16 +316,25 @@ def plan_text(plan: Plan, configurations: Sequence[Configuration] | None = None,
     """The configurations, best first by the objective, with one line of reasons under each;
     ``configurations``: these instead of the plan's (its closest miss, numbered "-"). ``width``: the
     host count, then the price's kind and date, go where the table would not fit (the row's label
-    names its nodes), and the lines under each row wrap."""
+    names its nodes), and the lines under each row wrap; a serving table still wider drops each
+    label's layout, "(10,527 x TP=8)", which the line under it then gives ("TP=8, 10,527 replicas").
+    No number is cut."""
     shown = plan.configurations if configurations is None else configurations
     headers, rows, numeric, drop = _plan_rows(plan, shown)
     kept, head, lines = columns(headers, rows, numeric, width, drop)
+    serving = any(c.concurrency is not None for c in shown)
+    short = serving and width is not None and max(map(len, (head, *lines))) > width
+    if short:
+        headers, rows, numeric, drop = _plan_rows(plan, shown, short=True)
+        kept, head, lines = columns(headers, rows, numeric, width, drop)
     out = [head, "-" * len(head)]
     for c, line in zip(shown, lines, strict=True):
         out.append(line)
-        replicas = (f", {plural(c.replicas, 'replica')}, ITL {c.itl_s * 1000:,.0f} ms"
+        replicas = (f", {plural(c.replicas, 'replica')}, ITL {_itl_ms(c.itl_s)} ms"
                     if c.replicas is not None and c.concurrency is not None and c.itl_s is not None else "")
-        why = f"{c.strategy}{replicas}{_global_batch(c)}, score {c.score:.0f}/100" + (
+        how = f"TP={c.tp}" if short and c.tp is not None and c.tp > 1 else c.strategy
+        replicas += f", {c.spare_gpus:,} spare" if short and c.spare_gpus else ""
+        why = f"{how}{replicas}{_global_batch(c)}, score {c.score:.0f}/100" + (
             f": {', '.join(c.reason_fields)}" if c.reason_fields else "")
         under = [why]
         if c.fewer_reason and c.budget_buys_gpus is not None:
@@ -342,9 +352,11 @@ def plan_text(plan: Plan, configurations: Sequence[Configuration] | None = None,
     return "\n".join(out)
 
 
-def _plan_rows(plan: Plan, shown: Sequence[Configuration]) -> tuple[list[str], list[list[str]], list[bool], list[int]]:
+def _plan_rows(plan: Plan, shown: Sequence[Configuration],
+               short: bool = False) -> tuple[list[str], list[list[str]], list[bool], list[int]]:
     """The plan table's headers, cells and numeric flags, and the columns to drop first where it does
-    not fit: the hosts (the label names its nodes), then the price's kind and date."""
+    not fit: the hosts (the label names its nodes), then the price's kind and date. ``short``: labels
+    without their layout."""
     cloud = plan.objective not in ("budget", "serve")  # (the cloud objectives rent; these two buy)
     unit = next((UNIT_SHORT.get(c.unit, c.unit) for c in shown), "speed")
     # serving: replicas exchange nothing, so the sequences each decodes stand where scaling would
@@ -361,7 +373,8 @@ def _plan_rows(plan: Plan, shown: Sequence[Configuration]) -> tuple[list[str], l
             f"{c.scaling_efficiency:.0%}" if c.scaling_efficiency is not None else NA)
         # (a cloud price is always on-demand, as the notes say)
         priced = f"{c.price.basis} {c.price.when}" if c.price is not None else c.usd_per_hour_date or NA
-        rows.append([str(c.rank or "-"), c.label, *([f"{c.hosts:,}" if c.hosts is not None else NA] if hosts else []),
+        label = c.label.split(" (")[0] if short else c.label
+        rows.append([str(c.rank or "-"), label, *([f"{c.hosts:,}" if c.hosts is not None else NA] if hosts else []),
                      f"{c.gpus_total:,}", f"{c.throughput_per_s:,.0f}", eff, *money, priced])
     drop = [*([2] if hosts else []), len(headers) - 1]
     return headers, rows, numeric, drop
@@ -455,17 +468,28 @@ def recommend_renderables(
         parts += [Text(title, style="bold"), Text(text, no_wrap=True, overflow="ignore")]
     if show_excluded or explain:
         parts += [Text(""), Text(excluded_text(rec))]
-    elif rec.excluded:
-        summary = "Excluded" if rec.ranked else "Why"
+    # a plan that lists configurations is the answer: the one-GPU ranking's exclusions then say no "why";
+    # a serving plan lays out (shards) each GPU itself and refuses GPU counts, so it suggests none
+    planned = rec.plan is not None and (bool(rec.plan.configurations) or rec.plan.objective == "serve")
+    if not (show_excluded or explain) and rec.excluded:
+        summary = "Excluded" if rec.ranked or planned else "Why"
         parts += [Text("")] if str(parts[-1]) else []
         parts.append(Text(f"{summary}: {len(rec.excluded)} GPUs excluded, some for several reasons (--explain "
                           "lists each):"))
         parts += [Text(line) for line in exclusion_summary(rec, width)]
-    if not rec.ranked and next_steps(rec):
+    if not rec.ranked and not planned and next_steps(rec):
         parts += [Text(""), Text("Next, try:", style="bold"), *(Text(line) for line in next_steps(rec))]
-    elif rec.sharded_options:
+    elif rec.sharded_options and not (rec.plan is not None and rec.plan.objective == "serve"):
         parts += [Text(""), Text(sharded_text(rec))]
     for w in rec.why_not:
         parts += [Text(""), Text(f"Why not {w.asked}?", style="bold")]
-        parts += [Text(f"  {reason}") for reason in w.reasons]
+        # (a reason wraps under its own first word, so each starts a line of its own)
+        parts += [Text(textwrap.fill(reason, width=max(width or 80, 40), initial_indent="  ", subsequent_indent="    ",
+                                     break_on_hyphens=False)) for reason in w.reasons]
     return parts
+
+
+def _itl_ms(seconds: float) -> str:
+    """An inter-token latency in ms: whole ms from 10, one decimal below (a small model's 1.7 ms)."""
+    ms = seconds * 1e3
+    return f"{ms:,.0f}" if ms >= 10 else f"{ms:.1f}"

@@ -80,6 +80,6 @@ def serve_verdict(res: ServeResults) -> str:
         return (f"Verdict: {groups} {verb} "
                 f"{plural(res.users, 'sequence')} of {res.context_tokens:,} tokens, up to {best.concurrency:,} "
                 f"a replica, at {best.itl_s * 1e3:,.1f} ms a token{target}; serves on "
-                f"{len(fitting)} of {len(res.rows)} GPU types")
+                f"{len(fitting)} of {plural(len(res.rows), 'GPU type')}")
     return (f"Verdict: {best.gpus} x {best.gpu_id}{tp} holds {plural(best.max_concurrency, 'sequence')} of "
-            f"{res.context_tokens:,} tokens; serves on {len(fitting)} of {len(res.rows)} GPU types")
+            f"{res.context_tokens:,} tokens; serves on {len(fitting)} of {plural(len(res.rows), 'GPU type')}")
