@@ -166,3 +166,39 @@ def test_a_4x_rtx_3090_workstation_scales_as_lambda_measured():
     assert r.results.gpus_total == 4 and r.results.estimate.topology.p2p == "none"
     assert r.results.scaling_efficiency == pytest.approx(measured, abs=0.05)
     assert r.results.scaling_efficiency < 0.9
+
+
+def test_a_newer_pcie_slot_runs_at_the_cards_generation(cli_json):
+    """Audit finding 13: an RTX 3090 (PCIe 4.0) given --interconnect pcie5 was timed at PCIe 5.0's 35.9 GB/s;
+    a link trains at the lower of the slot's and the card's generations."""
+    args = ("estimate", "--model", "resnet50", "--gpu", "rtx3090", "--gpus", "4")
+    given = cli_json(*args, "--interconnect", "pcie5")
+    plain = cli_json(*args, "--interconnect", "pcie4")
+    assert (given["results"]["estimate"]["comm_bandwidth_gb_s"] == plain["results"]["estimate"]["comm_bandwidth_gb_s"]
+            == pytest.approx(18.0, abs=0.1))
+    notes = given["results"]["estimate"]["notes"] + given["notes"]
+    assert any(n.startswith("rtx-3090 is a PCIe 4.0 card: in a PCIe 5.0 slot its link trains at 4.0") for n in notes)
+    # an older slot than the card's is taken as given
+    older = cli_json("estimate", "--model", "resnet50", "--gpu", "h100-pcie-80gb", "--gpus", "4", "--interconnect", "pcie4")
+    assert older["results"]["estimate"]["interconnect"].startswith("PCIe 4.0")
+
+
+def test_a_bridged_pair_is_named_as_a_bridge_and_its_copies_are_not_host_staged(cli_json):
+    """Audit finding 15: an RTX 3090 pair read "NVLink 3.0 (Ampere A100)" and "no P2P: copies staged in host
+    memory", though its copies cross the bridge; the host path joins pairs only."""
+    res = cli_json("estimate", "--model", "resnet50", "--gpu", "rtx3090", "--gpus", "2")["results"]["estimate"]
+    assert res["interconnect"] == "NVLink 3.0 bridge"
+    assert res["transport"] == "nvlink"
+
+
+def test_a_network_given_without_its_ports_says_how_many_it_keeps(cli_json):
+    """Audit finding 14: 10 GbE named on an SXM node kept the DGX default's 8 ports a node, said only in the
+    node line; now a note says so, and the NICs per node change it."""
+    args = ("estimate", "--model", "llama-3.1-8b", "--gpu", "h100", "--gpus", "8", "--nodes", "2", "--strategy", "fsdp",
+            "--interconnect", "tcp-10g")
+    kept = cli_json(*args)
+    assert "8 x tcp-10g ports per node, as many as the default network's; give the NICs per node if the nodes " \
+           "have fewer" in kept["results"]["estimate"]["notes"] + kept["notes"]
+    one = cli_json(*args, "--nics-per-node", "1")
+    assert not any("as many as the default network's" in n for n in one["results"]["estimate"]["notes"] + one["notes"])
+    assert one["results"]["estimate"]["comm_bandwidth_gb_s"] < kept["results"]["estimate"]["comm_bandwidth_gb_s"]

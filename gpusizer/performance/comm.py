@@ -69,7 +69,9 @@ def _intra_link(gpu: Gpu, gpus: int, topo: Topology,
             raise UsageError(f"{gpu.id} has no NVLink", hint="connect its GPUs over PCIe", field="interconnect")
         link = links.nvlink(gpu.nvlink_generation)
         per_gpu = (topo.nvlink_gb_s or gpu.nvlink_gb_s or 2 * link.bandwidth_gb_s) / 2
-        return link.name, per_gpu * link.efficiency, link.latency_us, "nvlink", 1.0, link.ll_latency_us
+        # a bridge is the GPU's own links to one peer: named by generation, not by the module it came with
+        name = f"{link.name.split(' (')[0]} bridge" if topo.fabric == "nvlink-bridge" else link.name
+        return name, per_gpu * link.efficiency, link.latency_us, "nvlink", 1.0, link.ll_latency_us
     link = links.pcie(topo.pcie_generation or gpu.pcie_generation)
     path = links.pcie_path(topo.p2p)
     name = {"switch": f"{link.name} through a PCIe switch",

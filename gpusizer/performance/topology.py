@@ -67,8 +67,10 @@ class Topology(BaseModel):
         intra = {"nvswitch": "NVSwitch", "nvlink-mesh": "NVLink mesh", "nvlink-bridge": "NVLink-bridged pairs",
                  "scale-up": f"{self.scale_up} all-to-all mesh", "pcie": "PCIe"}[self.fabric]
         if self.fabric in ("pcie", "nvlink-bridge"):
-            intra += {"switch": " (P2P through a PCIe switch)", "root-complex": " (P2P through the CPU root complex)",
-                      "none": " (no P2P: copies staged in host memory)"}[self.p2p]
+            path = {"switch": "P2P through a PCIe switch", "root-complex": "P2P through the CPU root complex",
+                    "none": "no P2P: copies staged in host memory"}[self.p2p]
+            # (a bridged pair's own copies go over its bridge: the PCIe path joins the pairs)
+            intra += f" ({'between pairs, ' if self.fabric == 'nvlink-bridge' else ''}{path})"
         return f"{intra}; {self.nics_per_node} x {self.network} per node" if nodes > 1 else intra
 
 
@@ -262,6 +264,7 @@ def _override(topo: Topology, gpu: Gpu, interconnect: str | None, nics_per_node:
     pcie4) or the network; ``nics_per_node`` the ports per node. What they replace leaves the notes."""
     update: dict[str, object] = {}
     notes = list(topo.assumed)
+    extra = ""
     if interconnect is not None:
         key = interconnect.strip().lower()
         link = None if key in ("nvlink", "nvswitch", "pcie") else links.get(key)
@@ -278,11 +281,21 @@ def _override(topo: Topology, gpu: Gpu, interconnect: str | None, nics_per_node:
             update["fabric"] = "pcie"
             update["scale_up"] = None
             if link is not None:
-                update["pcie_generation"] = link.generation
+                # a link trains at the lower of the slot's and the card's generations (PCIe base spec)
+                card = gpu.pcie_generation or topo.pcie_generation
+                if card is not None and link.generation is not None and link.generation > card:
+                    extra = (f"{gpu.id} is a PCIe {card}.0 card: in a PCIe {link.generation}.0 slot its link "
+                               f"trains at {card}.0 (the lower generation), so it is timed at that")
+                    update["pcie_generation"] = card
+                else:
+                    update["pcie_generation"] = link.generation
         elif link is not None:
             update["network"] = link.id
             notes = [n for n in notes if not n.startswith(NO_NETWORK) and topo.network not in n]
-        notes.append(f"interconnect {key} given")
+            if nics_per_node is None and topo.nics_per_node > 1:
+                extra = (f"{topo.nics_per_node} x {link.id} ports per node, as many as the default network's; "
+                           "give the NICs per node if the nodes have fewer")
+        notes += [f"interconnect {key} given", *([extra] if extra else [])]
     if nics_per_node is not None:
         update["nics_per_node"] = nics_per_node
         notes = [n for n in notes if f"x {topo.network} per node" not in n] + [f"{nics_per_node} NICs per node given"]
