@@ -549,7 +549,7 @@ def test_tensor_parallel_decode_latency_uses_ll(cli):
     out = cli("estimate", "--model", "llama-3.1-70b", "--gpu", "h100-sxm5-80gb", "--gpus", "8", "--strategy",
               "tp", "--inference", "--batch", "1", "--json").stdout
     res = _json.loads(out)["results"]
-    assert 1.4e-3 < res["comm_s"] < 2.0e-3
+    assert res["comm_s"] == pytest.approx(1.68e-3, rel=0.02)
 
 
 def test_geforce_across_nodes_falls_back_to_tcp(cat):
@@ -983,8 +983,8 @@ def test_fsdp_lora_gathers_the_frozen_base(zoo, cat):
     gpu, shp = cat.by_id("a100-sxm4-80gb"), shape(zoo, "llama-2-7b")
     run = {"mode": "train", "precision": "bf16", "batch": 1, "seq_len": 2048, "gpus": 8, "strategy": "fsdp"}
     est_ = estimate_performance(gpu, shp, RunConfig(**run, adapter={"rank": 16}))
-    base = shp.params * 2
-    assert est_.comm_bytes > 7 / 8 * 2 * base
+    # two 16-bit gathers of the base a step, and the adapters' fp32 weights and gradients (2% more)
+    assert est_.comm_bytes == pytest.approx(7 / 8 * 2 * 2 * shp.params, rel=0.03)
 
 
 def test_zero1_and_2_wait_for_the_weights_gathered_after_the_step(zoo, cat):
@@ -994,7 +994,15 @@ def test_zero1_and_2_wait_for_the_weights_gathered_after_the_step(zoo, cat):
     run = {"mode": "train", "precision": "mixed", "batch": 4, "seq_len": 1024, "gpus": 8}
     for strategy in ("zero1", "zero2"):
         e = estimate_performance(gpu, shp, RunConfig(**run, strategy=strategy))
-        assert e.comm_exposed_s >= e.comm_s / 2 - 1e-12
+        # the all-gather in full, and of the reduce-scatter only its last 25 MiB bucket (0.4% of 3.1 GB)
+        assert e.comm_exposed_s == pytest.approx(e.comm_s / 2, rel=0.01)
+    # above N GPUs' worth, the note weighs the sharded optimizer step against the exposed all-gather
+    a100 = cat.by_id("a100-sxm4-80gb")
+    e = estimate_performance(a100, shape(zoo, "llama-2-7b"), RunConfig(mode="train", precision="mixed", batch=1,
+                             seq_len=2048, gpus=8, strategy="zero1"), nodes=2)
+    assert e.scaling_efficiency > 1 and e.comm_exposed_s > 0.05
+    assert any(n.startswith("scaling above 100%: under zero1") and f"that saves more than the {e.comm_exposed_s * 1e3:,.1f} "
+               "ms a step waits for communication" in n for n in e.notes)
 
 
 def test_a_speed_up_above_n_and_a_baseline_one_gpu_cannot_hold_are_explained(zoo, cat):

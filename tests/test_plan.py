@@ -350,3 +350,31 @@ def test_a_serving_plan_buys_whole_replicas_and_says_what_it_left(cli_json_modul
     assert (a6000["gpus_total"], a6000["budget_buys_gpus"], a6000["price_total_usd"]) == (8, 12, 37_192)
     twelve = re.fullmatch(r"12 give ([\d,]+) tokens/s, no more than 8 do", a6000["fewer_reason"])
     assert twelve and float(twelve[1].replace(",", "")) < a6000["throughput_per_s"]
+
+
+def test_why_not_under_a_purchase_plan_answers_by_the_plan(cli_json_module):
+    """Review finding 1: under a --budget plan, --why-not answered from the one-GPU ranking ("excluded by
+    memory-fit") for a GPU the plan's verdict named first. A GPU the plan lists is answered by its row."""
+    doc = cli_json_module("recommend", "--workload", "llm-inference", "--model", "llama-3.1-70b", "--budget", "60000",
+                          "--why-not", "rtx-5090", "--why-not", "rtx-4090")
+    plan = doc["results"]["plan"]["configurations"]
+    rows = {c["gpu_id"]: c for c in plan}
+    for w in doc["results"]["why_not"]:
+        row = rows[w["gpu_id"]]
+        assert w["rank"] == row["rank"] and w["configuration"]["label"] == row["label"]
+        assert w["reasons"][0].startswith(f"row {row['rank']} of the plan: {row['label']}, ")
+        assert not any("excluded by" in r for r in w["reasons"])
+    assert doc["results"]["why_not"][0]["reasons"][1] == "it is the plan's first"
+
+
+def test_plan_notes_say_what_eff_is_against(cli_json_module):
+    """Review finding 3: plan rows showed eff. above 100% (ZeRO/FSDP's sharded optimizer step) and eff.
+    against one GPU that cannot hold the run, with no word of either; estimate explains both."""
+    buy = cli_json_module("recommend", "--workload", "llm-train", "--model", "llama-3.1-8b", "--budget", "80000")
+    plan = buy["results"]["plan"]
+    hypothetical = next(n for n in plan["notes"] if n.startswith("eff. against a hypothetical run for "))
+    assert plan["configurations"][0]["label"] in hypothetical  # Llama 3.1 8B training needs 129 GiB a GPU alone
+    rent = cli_json_module("recommend", "--workload", "llm-train", "--model", "llama-3.1-8b", "--tokens", "10B",
+                           "--budget-per-hour", "50")["results"]["plan"]
+    above = [c["label"] for c in rent["configurations"] if c["scaling_efficiency"] > 1]
+    assert above and any(n.startswith(f"eff. above 100% ({above[0]}") for n in rent["notes"])

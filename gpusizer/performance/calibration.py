@@ -169,6 +169,8 @@ class LowLatencyProtocol(BaseModel):
     bandwidth_share: float = Field(gt=0, le=1)
     #: the factor on the intra-node step latency when the ring spans nodes
     multi_node_intra_factor: float = Field(ge=1, le=10)
+    #: the GPU vendors whose collective library these figures are NCCL's for; others keep Simple's
+    vendors: tuple[str, ...] = Field(min_length=1)
     source: Source
 
 

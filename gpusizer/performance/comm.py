@@ -111,7 +111,7 @@ def collective_link(
     if nodes <= 1:
         return Link(
             label=intra_name, bandwidth_gb_s=intra_eff, intra_latency_us=intra_lat, inter_latency_us=intra_lat,
-            base_latency_us=links.collective_base_latency_us, ll=_low_latency(links, intra_ll, intra_ll, 1),
+            base_latency_us=links.collective_base_latency_us, ll=_low_latency(links, gpu, intra_ll, intra_ll, 1),
             transport=intra_kind if gpus_per_node > 1 else "none", overlap=overlap, notes=tuple(notes),
         )
     net = links.get(topo.network)
@@ -140,16 +140,17 @@ def collective_link(
     return Link(
         label=f"{net.name} x{nics} per node" + (" (TCP, host-staged)" if transport == "tcp" else ""),
         bandwidth_gb_s=bus, intra_latency_us=intra_lat, inter_latency_us=latency,
-        base_latency_us=links.collective_base_latency_us, ll=_low_latency(links, intra_ll, inter_ll, nodes),
+        base_latency_us=links.collective_base_latency_us, ll=_low_latency(links, gpu, intra_ll, inter_ll, nodes),
         transport=transport, overlap=overlap if gpus_per_node > 1 else 1.0, notes=tuple(notes),
     )
 
 
-def _low_latency(links: Interconnects, intra_us: float | None, inter_us: float | None,
+def _low_latency(links: Interconnects, gpu: Gpu, intra_us: float | None, inter_us: float | None,
                  nodes: int) -> LowLatencyPath | None:
-    """The ring's LL timing, where the file gives the protocol and every hop an LL latency."""
+    """The ring's LL timing, where the file gives the protocol for the GPU's vendor and every hop an LL
+    latency."""
     proto = links.ll_protocol
-    if proto is None or intra_us is None or inter_us is None:
+    if proto is None or gpu.vendor not in proto.vendors or intra_us is None or inter_us is None:
         return None
     factor = proto.multi_node_intra_factor if nodes > 1 else 1.0
     return LowLatencyPath(base_latency_us=proto.base_latency_us, intra_latency_us=intra_us * factor,

@@ -642,14 +642,17 @@ def _lone_config(cfg: RunConfig) -> RunConfig:
 
 
 def _baseline_notes(gpu: Gpu, shape: ModelShape, cfg: RunConfig, par: Parallelism, speedup: float,
-                    n_total: int) -> list[str]:
+                    n_total: int, exposed_s: float, step_s: float) -> list[str]:
     """What the speed-up is measured against, where it would otherwise read oddly: above N GPUs'
-    worth, or against a run one GPU cannot hold."""
+    worth, or against a run one GPU cannot hold. ``exposed_s``: the communication a step of
+    ``step_s`` waits for."""
     notes: list[str] = []
     if speedup > n_total and par.optimizer_shards > 1:
+        comm = ("the communication it adds is all but hidden behind compute here" if exposed_s < 0.01 * step_s else
+                f"that saves more than the {exposed_s * 1e3:,.1f} ms a step waits for communication")
         notes.append(f"scaling above 100%: under {cfg.strategy} each GPU runs the optimizer step on 1/{par.optimizer_shards} "
-                     "of the weights, which the one-GPU baseline updates whole; the communication it adds is hidden "
-                     "behind compute here, and what the model leaves out (stragglers, uneven layers) is not")
+                     f"of the weights, which the one-GPU baseline updates whole; {comm}, and what the model leaves out "
+                     "(stragglers, uneven layers) is not counted")
     try:
         needed = estimate_memory(shape, _lone_config(cfg)).total_bytes
     except UsageError:
@@ -717,7 +720,7 @@ def estimate_performance(
         gpu, shape, cfg, precision, tf32, cal, links, phase, grad_accumulation, cuda_graphs, attention_kernels,
         topo.pcie_generation)
     if n_total > 1 or max(par.tp, par.pp, par.cp) > 1:
-        notes.extend(_baseline_notes(gpu, shape, cfg, par, speedup, n_total))
+        notes.extend(_baseline_notes(gpu, shape, cfg, par, speedup, n_total, comm.exposed_s, step))
     bound = _bound(st, comm.exposed_s, notes)
     return PerfEstimate(
         throughput_per_s=throughput, throughput_unit=work.unit, step_time_s=step, compute_s=st.compute_s,

@@ -88,13 +88,17 @@ def plan_purchase(
     slower: list[Configuration] = []
     held: list[Configuration] = []
     considered = 0
+    too_big: set[str] = set()  # GPUs one of which cannot hold the run: their eff. is against a hypothetical run
     for res in _qualifying(base):
         if res.price is None or res.price.usd > budget:
             continue
         gpu = by_id[res.gpu_id].gpu
         most = _most_bought(budget, res.price.usd, gpu, serving)
         options: list[Configuration] = []
-        for n in _purchase_counts(most, _fewest(res, rules, single), gpu.on_baseboard, linear=serving):
+        fewest = _fewest(res, rules, single)
+        if fewest is None or fewest > 1:
+            too_big.add(gpu.id)
+        for n in _purchase_counts(most, fewest, gpu.on_baseboard, linear=serving):
             for gpn, strategy, tp in _layouts(n, gpu, shape if serving else None):
                 considered += 1
                 cfg = _assess(by_id[res.gpu_id], rules, req, gpn, n // gpn, reference, pool, only=strategy, tp=tp)
@@ -120,11 +124,28 @@ def plan_purchase(
     # the held-back builds that would be listed: faster than the last row
     held = [c for c in _by_speed(held) if not numbered or c.throughput_per_s > numbered[-1].throughput_per_s]
     notes = (GPU_PRICES_ONLY, *((_serving_note(req, rules, shape),) if serving else ()), _COUNTS_NOTE,
-             *_held_note(held), *_slower_note(slower))
+             *_held_note(held), *_slower_note(slower),
+             *(() if serving else _efficiency_notes(numbered, too_big)))
     return Plan(objective="budget", goal=f"the most {unit} {'served ' if serving else ''}for ${budget:,.0f} of GPUs",
                 configurations=numbered, considered=considered, met=len(configs),
                 notes=notes + upper_bound_notes(numbered) + _base_notes(base.notes), closest=closest,
                 shortfall=None if configs else _shortfall("budget", closest), held_back=tuple(held))
+
+
+def _efficiency_notes(configs: Sequence[Configuration], too_big: set[str]) -> tuple[str, ...]:
+    """What a row's eff. is measured against, where it would otherwise read oddly (estimate's notes say
+    the same of one run): above 100%, or against one GPU that cannot hold the run."""
+    above = [c.label for c in configs if (c.scaling_efficiency or 0.0) > 1.0]
+    alone = [c.label for c in configs if c.gpu_id in too_big]
+    notes = []
+    if above:
+        notes.append(f"eff. above 100% ({', '.join(above[:3])}{', ...' if len(above) > 3 else ''}): under ZeRO/FSDP "
+                     "each GPU runs the optimizer step on its share of the weights, which the one-GPU baseline "
+                     "updates whole")
+    if alone:
+        notes.append(f"eff. against a hypothetical run for {', '.join(alone[:3])}{', ...' if len(alone) > 3 else ''}: "
+                     "one of their GPUs cannot hold the run, so the baseline is the speed it would have if it could")
+    return tuple(notes)
 
 
 #: how a purchase plan chooses each GPU's count, in words
@@ -239,12 +260,31 @@ def _held_note(held: Sequence[Configuration]) -> tuple[str, ...]:
 
 
 def held_back_reasons(why_not: Sequence[WhyNot], plan: Plan) -> tuple[WhyNot, ...]:
-    """The why-not answers, each GPU the plan kept to one node (Plan.held_back) saying so."""
+    """The why-not answers by the plan: a GPU the plan lists is answered by its row (the one-GPU
+    ranking's exclusions, such as a memory fit the plan's count overcomes, do not apply to it); each
+    GPU the plan kept to one node (Plan.held_back) says so."""
     held = {c.gpu_id: c for c in plan.held_back}
-    return tuple(w if w.gpu_id not in held else w.model_copy(update={"reasons": (*w.reasons, (
-        f"the plan keeps it to one node, having no GPUDirect RDMA; as {held[w.gpu_id].label} it would give "
-        f"{held[w.gpu_id].throughput_per_s:,.0f} {held[w.gpu_id].unit} for ${held[w.gpu_id].price_total_usd or 0:,.0f}, "
-        "over TCP"))}) for w in why_not)
+    listed = {c.gpu_id: c for c in plan.configurations}
+    first = plan.configurations[0] if plan.configurations else None
+    out = []
+    for w in why_not:
+        row = listed.get(w.gpu_id or "")
+        if row is not None and first is not None:
+            lead = "it is the plan's first" if row is first else (
+                f"the first, {first.label}, gives {first.throughput_per_s:,.0f} {first.unit} for "
+                f"${first.price_total_usd or 0:,.0f}")
+            fewer = (f"; {row.gpus_total:,} of the {row.budget_buys_gpus:,} the budget buys: {row.fewer_reason}"
+                     if row.fewer_reason and row.budget_buys_gpus is not None else "")
+            w = w.model_copy(update={"rank": row.rank, "configuration": row, "reasons": (
+                f"row {row.rank} of the plan: {row.label}, {row.throughput_per_s:,.0f} {row.unit} for "
+                f"${row.price_total_usd or 0:,.0f}{fewer}", lead)})
+        if w.gpu_id in held:
+            c = held[w.gpu_id]
+            w = w.model_copy(update={"reasons": (*w.reasons, (
+                f"the plan keeps it to one node, having no GPUDirect RDMA; as {c.label} it would give "
+                f"{c.throughput_per_s:,.0f} {c.unit} for ${c.price_total_usd or 0:,.0f}, over TCP"))})
+        out.append(w)
+    return tuple(out)
 
 
 def plan_serving(
@@ -512,7 +552,7 @@ def plan_cloud(
     closest = None if configs or not misses else min(misses, key=_MISS_ORDER[preq.objective])
     numbered = _numbered(configs, preq.top)
     notes = ("on-demand list prices (dated: gpusizer systems list); no storage or egress", _BATCH_NOTE,
-             *_network_notes(numbered, priced, by_id, req))
+             *_network_notes(numbered, priced, by_id, req), *_efficiency_notes(numbered, set()))
     return Plan(objective=preq.objective, goal=_cloud_goal(preq), configurations=numbered,
                 considered=considered, met=len(configs),
                 notes=notes + upper_bound_notes(numbered) + _base_notes(base.notes), closest=closest,
