@@ -378,3 +378,21 @@ def test_plan_notes_say_what_eff_is_against(cli_json_module):
                            "--budget-per-hour", "50")["results"]["plan"]
     above = [c["label"] for c in rent["configurations"] if c["scaling_efficiency"] > 1]
     assert above and any(n.startswith(f"eff. above 100% ({above[0]}") for n in rent["notes"])
+
+
+def test_a_plan_neither_suggests_counts_nor_hides_its_own_caps(cli, cli_json_module):
+    """Review findings 13 and 14: a purchase plan that chose sharded counts still said "Rerun with --gpus N
+    --strategy fsdp" (which would end the plan); a serving row of TP=4 replicas on boards read "ddp"; and a
+    budget past 128 nodes of one GPU was spent only in part, silently."""
+    text = cli("recommend", "--workload", "llm-train", "--model", "llama-2-7b", "--budget", "100000", "--seq-len",
+               "2048", env={"COLUMNS": "80"}).stdout
+    assert "Rerun with" not in text and "Configurations for" in text
+    big = cli_json_module("recommend", "--workload", "llm-inference", "--model", "llama-3-70b", "--budget",
+                          "100000000", "--top", "2")["results"]["plan"]
+    first = big["configurations"][0]
+    assert first["nodes"] == 128 and first["tp"] == 4
+    assert any(n.startswith("the plan lays out at most 128 nodes of 8 of one GPU; the budget buys more of "
+                            f"{first['gpu_id']}") for n in big["notes"])
+    rows = cli("recommend", "--workload", "llm-inference", "--model", "llama-3-70b", "--budget", "100000000", "--top",
+               "2", env={"COLUMNS": "80"}).stdout
+    assert "\n    TP=4, 256 replicas, ITL " in rows and "ddp, 256 replicas" not in rows

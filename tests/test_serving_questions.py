@@ -141,5 +141,5 @@ def test_recommend_says_how_to_rank_4_bit_weights(cli):
     done = cli("recommend", "--workload", "llm-inference", "--model", "llama-3-70b", "--users", "32",
                "--precision", "int4")
     assert done.exit_code == 2 and done.stderr.startswith("Error: --precision: precision 'int4' is not one of ")
-    assert "Hint: the rules are written for these; quantised weights are ranked as a weight" in done.stderr
+    assert "Hint: the rules are written for these; give quantised weights as the weights' format" in done.stderr
     assert "awq-int4-g128" in done.stderr

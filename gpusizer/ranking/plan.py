@@ -89,9 +89,12 @@ def plan_purchase(
     held: list[Configuration] = []
     considered = 0
     too_big: set[str] = set()  # GPUs one of which cannot hold the run: their eff. is against a hypothetical run
+    capped: list[str] = []  # GPUs the budget buys more of than the plan lays out
     for res in _qualifying(base):
         if res.price is None or res.price.usd > budget:
             continue
+        if budget // res.price.usd > NODE_GPUS * MAX_NODES:
+            capped.append(res.gpu_id)
         gpu = by_id[res.gpu_id].gpu
         most = _most_bought(budget, res.price.usd, gpu, serving)
         options: list[Configuration] = []
@@ -125,6 +128,8 @@ def plan_purchase(
     held = [c for c in _by_speed(held) if not numbered or c.throughput_per_s > numbered[-1].throughput_per_s]
     notes = (GPU_PRICES_ONLY, *((_serving_note(req, rules, shape),) if serving else ()), _COUNTS_NOTE,
              *_held_note(held), *_slower_note(slower),
+             *((f"the plan lays out at most {MAX_NODES} nodes of {NODE_GPUS} of one GPU; the budget buys more of "
+                f"{', '.join(capped[:3])}{', ...' if len(capped) > 3 else ''}",) if capped else ()),
              *(() if serving else _efficiency_notes(numbered, too_big)))
     return Plan(objective="budget", goal=f"the most {unit} {'served ' if serving else ''}for ${budget:,.0f} of GPUs",
                 configurations=numbered, considered=considered, met=len(configs),

@@ -566,8 +566,8 @@ def _check_request(req: RecommendRequest, rules: RuleSet) -> tuple[Workload, str
     precision = req.precision or (default_precision(wl.mode, adapters=True) if adapted else wl.precision)
     if precision not in RULE_PRECISIONS:
         raise UsageError(f"precision {precision!r} is not one of {', '.join(RULE_PRECISIONS)}", field="precision",
-                         hint=f"the rules are written for these; quantised weights are ranked as a weight format "
-                              f"over one of them ({', '.join(WEIGHT_FORMATS)})")
+                         hint=f"the rules are written for these; give quantised weights as the weights' format "
+                              f"({', '.join(WEIGHT_FORMATS)}), ranked over one of them")
     if req.budget_usd is not None and not (0 < req.budget_usd <= MAX_BUDGET_USD):
         raise UsageError(f"the budget must be a positive number of US dollars up to {MAX_BUDGET_USD:,.0f}, "
                          f"not {req.budget_usd:g}", hint="the budget is the total for all GPUs, e.g. 10000",

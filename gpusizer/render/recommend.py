@@ -332,7 +332,8 @@ def plan_text(plan: Plan, configurations: Sequence[Configuration] | None = None,
         out.append(line)
         replicas = (f", {plural(c.replicas, 'replica')}, ITL {_itl_ms(c.itl_s)} ms"
                     if c.replicas is not None and c.concurrency is not None and c.itl_s is not None else "")
-        how = f"TP={c.tp}" if short and c.tp is not None and c.tp > 1 else c.strategy
+        # a serving replica's layout is its tensor-parallel size, whatever the run's strategy word
+        how = f"TP={c.tp}" if (short or c.replicas is not None) and c.tp is not None and c.tp > 1 else c.strategy
         replicas += f", {c.spare_gpus:,} spare" if short and c.spare_gpus else ""
         why = f"{how}{replicas}{_global_batch(c)}, score {c.score:.0f}/100" + (
             f": {', '.join(c.reason_fields)}" if c.reason_fields else "")
@@ -479,7 +480,7 @@ def recommend_renderables(
         parts += [Text(line) for line in exclusion_summary(rec, width)]
     if not rec.ranked and not planned and next_steps(rec):
         parts += [Text(""), Text("Next, try:", style="bold"), *(Text(line) for line in next_steps(rec))]
-    elif rec.sharded_options and not (rec.plan is not None and rec.plan.objective == "serve"):
+    elif rec.sharded_options and not planned:  # (a plan chose its sharded counts: adding them would end it)
         parts += [Text(""), Text(sharded_text(rec))]
     for w in rec.why_not:
         parts += [Text(""), Text(f"Why not {w.asked}?", style="bold")]
