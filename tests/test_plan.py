@@ -396,3 +396,12 @@ def test_a_plan_neither_suggests_counts_nor_hides_its_own_caps(cli, cli_json_mod
     rows = cli("recommend", "--workload", "llm-inference", "--model", "llama-3-70b", "--budget", "100000000", "--top",
                "2", env={"COLUMNS": "80"}).stdout
     assert "\n    TP=4, 256 replicas, ITL " in rows and "ddp, 256 replicas" not in rows
+
+
+def test_why_not_a_name_of_several_variants_says_which_it_answers_for(cli_json_module):
+    """Review finding 7: --why-not a100 answered for the A100 SXM4 80GB without the note estimate and serve print
+    when a name covers several variants."""
+    doc = cli_json_module("recommend", "--workload", "llm-inference", "--model", "llama-3-70b", "--users", "32",
+                          "--why-not", "A100")
+    assert doc["results"]["why_not"][0]["asked"] == "A100"
+    assert any(n.startswith("'A100' names several variants; using a100-sxm4-80gb") for n in doc["notes"])

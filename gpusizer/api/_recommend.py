@@ -108,7 +108,7 @@ def recommend(
         why_not=tuple({cat.resolve(name).gpu.id: name for name in reversed(list(why_not))}.items())[::-1],
     )
     candidates, notes = _candidates(probe, cat)
-    notes += [n for n in (ckpt_note, shape and beyond_context_note(shape, req.seq_len)) if n]
+    notes += [n for n in (ckpt_note, shape and beyond_context_note(shape, req.seq_len)) if n] + _variants(cat, why_not)
     if sys_ is not None:
         candidates = tuple(c for c in candidates if c.gpu.id == sys_.gpu)
     reference = _reference(ruleset, wl, cache_dir) if shape is None else None
@@ -145,6 +145,12 @@ def _serving_seq_len(preq: PlanRequest | None, wl: Workload, shape: ModelShape |
             or not shape.generates:
         return given
     return serving_context(shape, given)
+
+
+def _variants(cat: Catalog, names: Sequence[str]) -> list[str]:
+    """The notes of why-not names that cover several variants, saying which one each answer is for (as
+    estimate and serve say of the GPU they time)."""
+    return list(dict.fromkeys(note for name in names if (note := cat.resolve(name).note)))
 
 
 def _buys(preq: PlanRequest | None) -> bool:
