@@ -436,3 +436,11 @@ def test_compare_speed_is_recommends_speed_column(cli_json, workload):
     row = cli_json("compare", *gpus, "--workload", workload)["results"]["rows"][0]
     ranked = {r["gpu_id"]: r for r in cli_json("recommend", "--workload", workload, "--top", "200")["results"]["ranked"]}
     assert row["values"] == [ranked[g]["speed"]["throughput_per_s"] for g in gpus]
+
+
+def test_a_gpu_named_twice_is_checked_once(cli_json):
+    """fit-model (as serve) listed one row per name: "h100" and "h100-sxm5-80gb" are the same GPU."""
+    doc = cli_json("fit-model", "--model", "llama-2-7b", "--inference", "--gpu", "h100", "--gpu", "h100-sxm5-80gb",
+                   "--gpu", "l4")
+    ids = [r["gpu_id"] for r in doc["results"]["gpus"]]
+    assert sorted(ids) == ["h100-sxm5-80gb", "l4"]

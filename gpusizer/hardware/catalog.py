@@ -361,7 +361,12 @@ class Catalog(BaseModel):
         return resolve_device(self.gpus, name, memory_bytes)
 
     def resolve_many(self, names: Iterable[str]) -> tuple[Resolution, ...]:
-        return tuple(self.resolve(n) for n in names)
+        """Each name resolved; a GPU two names reach ("h100" and "h100-sxm5-80gb") once, where first named."""
+        seen: dict[str, Resolution] = {}
+        for name in names:
+            res = self.resolve(name)
+            seen.setdefault(res.gpu.id, res)
+        return tuple(seen.values())
 
 
 # --------------------------------------------------------------------------
