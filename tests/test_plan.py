@@ -405,3 +405,13 @@ def test_why_not_a_name_of_several_variants_says_which_it_answers_for(cli_json_m
                           "--why-not", "A100")
     assert doc["results"]["why_not"][0]["asked"] == "A100"
     assert any(n.startswith("'A100' names several variants; using a100-sxm4-80gb") for n in doc["notes"])
+
+
+def test_why_not_under_a_cloud_plan_gives_the_jobs_cost(cli_json_module):
+    """A cloud plan's rows have no purchase price: --why-not gave "$0"; it gives the job's cost."""
+    doc = cli_json_module("recommend", "--workload", "llm-train", "--model", "llama-3.1-8b", "--tokens", "10B",
+                          "--budget-per-hour", "50", "--why-not", "h100")
+    w = doc["results"]["why_not"][0]
+    row = w["configuration"]
+    assert row is not None and row["price_total_usd"] is None
+    assert w["reasons"][0].endswith(f"for ${row['cost_usd']:,.0f} for the job") and "$0" not in " ".join(w["reasons"])

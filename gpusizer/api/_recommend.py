@@ -126,12 +126,12 @@ def recommend(
 
 
 def _with_plan(rec: Recommendation, update: dict[str, Any]) -> Recommendation:
-    """The ranking with its plan (``_plan``'s update); a purchase plan's why-not answers also say what
-    the plan held back, a serving plan's come from the plan itself."""
-    from gpusizer.ranking.plan import held_back_reasons
+    """The ranking with its plan (``_plan``'s update), the why-not answers given by the plan: a serving
+    plan's its own (plan_serving), a purchase or cloud plan's by its rows (ranking.plan.plan_why_not)."""
+    from gpusizer.ranking.plan import plan_why_not
 
     plan: Plan = update["plan"]
-    why_not = update.get("why_not", held_back_reasons(rec.why_not, plan))
+    why_not = update.get("why_not", plan_why_not(rec.why_not, plan))
     return rec.model_copy(update={"plan": plan, "why_not": why_not})
 
 

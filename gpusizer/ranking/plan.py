@@ -264,10 +264,19 @@ def _held_note(held: Sequence[Configuration]) -> tuple[str, ...]:
             f"priced; faster so: {builds}",)
 
 
-def held_back_reasons(why_not: Sequence[WhyNot], plan: Plan) -> tuple[WhyNot, ...]:
-    """The why-not answers by the plan: a GPU the plan lists is answered by its row (the one-GPU
-    ranking's exclusions, such as a memory fit the plan's count overcomes, do not apply to it); each
-    GPU the plan kept to one node (Plan.held_back) says so."""
+def _row_cost(c: Configuration) -> str:
+    """What a plan's row costs, in words: a purchase's price, a cloud job's cost or an hourly rent."""
+    if c.price_total_usd is not None:
+        return f"${c.price_total_usd:,.0f}"
+    if c.cost_usd is not None:
+        return f"${c.cost_usd:,.0f} for the job"
+    return f"${c.usd_per_hour:,.2f} an hour" if c.usd_per_hour is not None else "an unknown price"
+
+
+def plan_why_not(why_not: Sequence[WhyNot], plan: Plan) -> tuple[WhyNot, ...]:
+    """The why-not answers by a purchase or cloud plan: a GPU the plan lists is answered by its row (the
+    one-GPU ranking's exclusions, such as a memory fit the plan's count overcomes, do not apply to it);
+    each GPU the plan kept to one node (Plan.held_back) says so."""
     held = {c.gpu_id: c for c in plan.held_back}
     listed = {c.gpu_id: c for c in plan.configurations}
     first = plan.configurations[0] if plan.configurations else None
@@ -276,18 +285,17 @@ def held_back_reasons(why_not: Sequence[WhyNot], plan: Plan) -> tuple[WhyNot, ..
         row = listed.get(w.gpu_id or "")
         if row is not None and first is not None:
             lead = "it is the plan's first" if row is first else (
-                f"the first, {first.label}, gives {first.throughput_per_s:,.0f} {first.unit} for "
-                f"${first.price_total_usd or 0:,.0f}")
+                f"the first, {first.label}, gives {first.throughput_per_s:,.0f} {first.unit} for {_row_cost(first)}")
             fewer = (f"; {row.gpus_total:,} of the {row.budget_buys_gpus:,} the budget buys: {row.fewer_reason}"
                      if row.fewer_reason and row.budget_buys_gpus is not None else "")
             w = w.model_copy(update={"rank": row.rank, "configuration": row, "reasons": (
                 f"row {row.rank} of the plan: {row.label}, {row.throughput_per_s:,.0f} {row.unit} for "
-                f"${row.price_total_usd or 0:,.0f}{fewer}", lead)})
+                f"{_row_cost(row)}{fewer}", lead)})
         if w.gpu_id in held:
             c = held[w.gpu_id]
             w = w.model_copy(update={"reasons": (*w.reasons, (
                 f"the plan keeps it to one node, having no GPUDirect RDMA; as {c.label} it would give "
-                f"{c.throughput_per_s:,.0f} {c.unit} for ${c.price_total_usd or 0:,.0f}, over TCP"))})
+                f"{c.throughput_per_s:,.0f} {c.unit} for {_row_cost(c)}, over TCP"))})
         out.append(w)
     return tuple(out)
 
